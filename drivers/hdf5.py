@@ -1,0 +1,1 @@
+"""Placeholder replaced by the HDF5 driver."""

@@ -1,0 +1,341 @@
+"""The memmap driver: ``.npy`` files and raw binary files, read through ``numpy.memmap``.
+
+URL forms
+---------
+``path/to/data.npy`` (or ``file:///abs/data.npy``)
+    A standard ``.npy`` file, created with NumPy's own header so
+    ``np.load`` reads it.
+``path/to/data.bin`` with ``driver="memmap", shape=..., dtype=...``
+    A raw binary file (C order); ``offset=`` skips a header.
+
+Attributes live in a sidecar JSON file ``<name>.attrs.json`` written only
+when there are attributes.  A created file is written under a hidden
+temporary name beside the target and renamed into place on commit.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+from typing import Any, Mapping
+
+import numpy as np
+
+from oocarr.errors import (
+    InvalidArgumentError,
+    InvalidUrlError,
+    UnsupportedDtypeError,
+)
+from oocarr.interface import (
+    BlockedArray,
+    Locator,
+    as_dtype,
+    corrupt,
+    dtype_token,
+    is_bfloat16,
+    is_local,
+    normalize_container,
+    require_exists,
+    temp_sibling,
+)
+
+__all__ = ["MemmapArray"]
+
+ATTRS_SUFFIX = ".attrs.json"
+
+
+def _write_json_atomic(path: str, data: Mapping[str, Any]) -> None:
+    tmp = temp_sibling(path)
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)
+
+
+def _npy_header(path: str) -> tuple[tuple[int, ...], bool, np.dtype, int]:
+    """Shape, Fortran flag, dtype and data offset of a ``.npy`` file."""
+    with open(path, "rb") as f:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+        else:
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+        return tuple(shape), fortran, dtype, f.tell()
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
+
+
+class MemmapArray(BlockedArray):
+    """A ``.npy`` or raw binary file mapped with ``numpy.memmap``.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, os, oocarr
+    >>> path = os.path.join(tempfile.mkdtemp(), "x.npy")
+    >>> np.save(path, np.arange(6).reshape(2, 3))
+    >>> store = oocarr.open(path).store
+    >>> store.name, store.chunks, store[1]
+    ('memmap', None, array([3, 4, 5]))
+    """
+
+    name = "memmap"
+    suffixes = (".npy",)
+    compressions = frozenset()
+    supports_out_buffer = True
+    supports_chunks = False
+
+    def __init__(self, locator: Locator, shape, dtype, *, mode: str, data_path: str,
+                 offset: int, pending: bool = False) -> None:
+        super().__init__(locator, shape, dtype, None, mode=mode, pending=pending)
+        self._data_path = data_path
+        self._offset = offset
+        self._handle_lock = threading.Lock()
+        self._mm: np.memmap | None = None
+        self._mm_pid: int | None = None
+        self._pending_attrs: dict[str, Any] | None = None
+
+    # -- locating ------------------------------------------------------
+    @classmethod
+    def locate(cls, container, inner, storage_options=None, driver_options=None) -> Locator:
+        url = container + (f"#{inner}" if inner else "")
+        if not is_local(container):
+            raise InvalidUrlError(
+                f"the memmap driver maps local files only, not {url!r}; use the fsspec "
+                "driver (a .zarr URL) for remote storage",
+                url=url,
+            )
+        if inner:
+            raise InvalidUrlError(
+                f"{url!r}: a .npy or raw file holds one array; drop the '#{inner}' part",
+                url=url,
+            )
+        if storage_options:
+            raise InvalidArgumentError(
+                f"the memmap driver takes no storage_options (got {dict(storage_options)}) "
+                f"for {url}",
+                url=url,
+            )
+        path = normalize_container(container)
+        opts = dict(driver_options or {})
+        unknown = set(opts) - {"shape", "dtype", "offset"}
+        if unknown:
+            raise InvalidArgumentError(
+                f"unknown memmap options {sorted(unknown)} for {url}; it takes shape=, "
+                "dtype= and offset= for raw binary files",
+                url=url,
+            )
+        raw = {}
+        if opts or not path.lower().endswith(".npy"):
+            if "offset" in opts and int(opts["offset"]) < 0:
+                raise InvalidArgumentError(f"offset for {url} must be >= 0", url=url)
+            raw = {"raw": True, "offset": int(opts.get("offset", 0))}
+            if "shape" in opts:
+                shape = opts["shape"]
+                raw["shape"] = [int(shape)] if np.ndim(shape) == 0 else [int(n) for n in shape]
+            if "dtype" in opts:
+                raw["dtype"] = dtype_token(as_dtype(opts["dtype"], url=url))
+        return Locator.make(cls.name, path, "", None, raw)
+
+    @classmethod
+    def can_open(cls, container, inner, storage_options) -> bool:
+        return is_local(container) and super().can_open(container, inner, storage_options)
+
+    @staticmethod
+    def _is_raw(locator: Locator) -> bool:
+        return bool(locator.driver_kwargs.get("raw"))
+
+    @classmethod
+    def supports_dtype(cls, dtype) -> bool:
+        return True
+
+    # -- opening and creating -----------------------------------------
+    @classmethod
+    def _open(cls, locator: Locator, mode: str) -> MemmapArray:
+        path = locator.url
+        require_exists(os.path.isfile(path), locator, "file")
+        if cls._is_raw(locator):
+            opts = locator.driver_kwargs
+            if "shape" not in opts or "dtype" not in opts:
+                raise InvalidArgumentError(
+                    f"{path} is not a .npy file, so give its layout: "
+                    "oocarr.open(url, driver='memmap', shape=(...), dtype='float32')",
+                    url=path,
+                )
+            shape, dtype, offset = tuple(opts["shape"]), as_dtype(opts["dtype"]), opts["offset"]
+            need = offset + math.prod(shape) * dtype.itemsize
+            have = os.path.getsize(path)
+            if have < need:
+                raise corrupt(
+                    locator,
+                    f"the file has {have} bytes but offset {offset} + shape {shape} of "
+                    f"{dtype} needs {need}",
+                )
+        else:
+            shape, dtype, offset = cls._read_npy_header(locator)
+        store = cls(locator, shape, dtype, mode=mode, data_path=path, offset=offset)
+        store._ensure_mapped()
+        return store
+
+    @staticmethod
+    def _read_npy_header(locator: Locator) -> tuple[tuple[int, ...], np.dtype, int]:
+        path = locator.url
+        try:
+            shape, fortran, dtype, offset = _npy_header(path)
+        except (ValueError, OSError, SyntaxError) as err:
+            raise corrupt(locator, f"not a readable .npy file ({err})") from None
+        if fortran and len(shape) > 1:
+            raise UnsupportedDtypeError(
+                f"{path} is a Fortran-ordered .npy file; rewrite it in C order "
+                "(np.save(path, np.ascontiguousarray(a)))",
+                url=path,
+            )
+        dtype = as_dtype(dtype, url=path)
+        need = offset + math.prod(shape) * dtype.itemsize
+        have = os.path.getsize(path)
+        if have < need:
+            raise corrupt(locator, f"the file is truncated: {have} bytes of {need} expected")
+        return tuple(shape), dtype, offset
+
+    @classmethod
+    def _create(cls, locator, shape, dtype, chunks, compression, attrs, overwrite):
+        path = locator.url
+        parent = os.path.dirname(path)
+        if not os.path.isdir(parent):
+            raise InvalidArgumentError(
+                f"cannot create {path}: directory {parent} does not exist; create it first",
+                url=path,
+            )
+        raw = cls._is_raw(locator)
+        if not raw and is_bfloat16(dtype):
+            raise UnsupportedDtypeError(
+                f".npy files cannot record bfloat16 ({path}); store it as a raw file "
+                "(driver='memmap', shape=, dtype='bfloat16') or in Zarr",
+                url=path,
+            )
+        tmp = temp_sibling(path)
+        try:
+            if raw:
+                opts = locator.driver_kwargs
+                offset = opts.get("offset", 0)
+                if opts.get("shape", list(shape)) != list(shape) or (
+                    "dtype" in opts and as_dtype(opts["dtype"]) != dtype
+                ):
+                    raise InvalidArgumentError(
+                        f"driver options {opts} disagree with shape {shape} and dtype {dtype} "
+                        f"given to create {path}",
+                        url=path,
+                    )
+                with open(tmp, "wb") as f:
+                    f.truncate(offset + math.prod(shape) * dtype.itemsize)
+                locator = Locator.make(
+                    cls.name,
+                    path,
+                    "",
+                    None,
+                    {"raw": True, "offset": offset, "shape": list(shape),
+                     "dtype": dtype_token(dtype)},
+                )
+            else:
+                np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape).flush()
+                offset = _npy_header(tmp)[3]
+        except OSError as err:
+            _remove(tmp)
+            raise InvalidArgumentError(f"cannot create {path}: {err}", url=path) from None
+        store = cls(locator, shape, dtype, mode="r+", data_path=tmp, offset=offset, pending=True)
+        store._pending_attrs = dict(attrs)
+        return store
+
+    @classmethod
+    def exists(cls, locator: Locator) -> bool:
+        return os.path.isfile(locator.url)
+
+    @classmethod
+    def delete(cls, locator: Locator) -> None:
+        _remove(locator.url)
+        _remove(locator.url + ATTRS_SUFFIX)
+
+    # -- handles --------------------------------------------------------
+    def _ensure_mapped(self) -> np.memmap | None:
+        """The memmap for this process (``None`` for an empty array)."""
+        if self.size == 0:
+            return None
+        with self._handle_lock:
+            if self._mm is None or self._mm_pid != os.getpid():
+                mode = "r" if self.readonly else "r+"
+                try:
+                    self._mm = np.memmap(
+                        self._data_path, dtype=self.dtype, mode=mode,
+                        shape=self.shape, offset=self._offset,
+                    )
+                except (ValueError, OSError) as err:
+                    raise corrupt(self.locator, f"cannot map the file ({err})") from None
+                self._mm_pid = os.getpid()
+            return self._mm
+
+    def _read(self, region, out) -> None:
+        np.copyto(out, self._ensure_mapped()[region])
+
+    def _write(self, region, value) -> None:
+        self._ensure_mapped()[region] = value
+
+    def _flush(self) -> None:
+        with self._handle_lock:
+            if self._mm is not None and self._mm_pid == os.getpid():
+                self._mm.flush()
+
+    def _release(self) -> None:
+        with self._handle_lock:
+            if self._mm is not None and self._mm_pid == os.getpid():
+                self._mm.flush()
+            self._mm = None
+            self._mm_pid = None
+
+    def _commit(self) -> None:
+        self._release()
+        path = self.locator.url
+        os.replace(self._data_path, path)
+        if self._pending_attrs:
+            _write_json_atomic(path + ATTRS_SUFFIX, self._pending_attrs)
+        else:
+            _remove(path + ATTRS_SUFFIX)
+        self._pending_attrs = None
+        self._data_path = path
+
+    def _abort(self) -> None:
+        self._release()
+        _remove(self._data_path)
+        self._pending_attrs = None
+
+    # -- attrs and sizes ------------------------------------------------
+    def _read_attrs(self) -> dict[str, Any]:
+        if self._pending_attrs is not None:
+            return dict(self._pending_attrs)
+        path = self.locator.url + ATTRS_SUFFIX
+        try:
+            with open(path, encoding="utf-8") as f:
+                attrs = json.load(f)
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as err:
+            raise corrupt(self.locator, f"the attrs file {path} is unreadable ({err})") from None
+        return attrs if isinstance(attrs, dict) else {}
+
+    def _write_attrs(self, attrs: dict[str, Any]) -> None:
+        if self._pending_attrs is not None:
+            self._pending_attrs = dict(attrs)
+        elif attrs:
+            _write_json_atomic(self.locator.url + ATTRS_SUFFIX, attrs)
+        else:
+            _remove(self.locator.url + ATTRS_SUFFIX)
+
+    def _stored_nbytes(self) -> int | None:
+        try:
+            return os.path.getsize(self._data_path)
+        except OSError:
+            return None

@@ -1,0 +1,42 @@
+"""oocarr: disk-backed arrays for JAX, written once against one page-store interface.
+
+Examples
+--------
+>>> import numpy as np, tempfile, os, oocarr
+>>> path = os.path.join(tempfile.mkdtemp(), "data.h5#/x")
+>>> x = oocarr.save(np.arange(12.0).reshape(3, 4), path)
+>>> x.store[1]
+array([4., 5., 6., 7.])
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+from . import errors
+from .api import create, from_numpy, open, resolve, save, to_numpy
+from .blocked import BlockedArray
+from .disk_array import DiskArray
+from .locator import Locator
+from .registry import available_drivers, get_driver
+from .scratch import scratch_dir, set_scratch_dir
+
+try:
+    __version__ = version("oocarr")
+except PackageNotFoundError:  # running from a source tree that was never installed
+    __version__ = "0+unknown"
+
+__all__ = [
+    "BlockedArray",
+    "DiskArray",
+    "Locator",
+    "available_drivers",
+    "create",
+    "errors",
+    "from_numpy",
+    "get_driver",
+    "open",
+    "resolve",
+    "save",
+    "scratch_dir",
+    "set_scratch_dir",
+    "to_numpy",
+]

@@ -1,0 +1,854 @@
+"""``BlockedArray``: the one page-store interface between storage and everything else.
+
+A driver subclasses :class:`BlockedArray` and supplies a handful of
+primitives (open, create, exists, delete, region read and write, attrs);
+the base class derives the rest once for every driver: page shapes, the
+block grid, block reads and writes, NumPy indexing, ``info()``, pickling
+by locator and the create-then-commit life cycle.
+
+The contract, which the conformance suite in ``tests/`` checks for every
+registered driver:
+
+* Metadata (``shape``, ``dtype``, ``chunks``, ``attrs``) is read when the
+  array is opened; storage handles are opened lazily, per process, and
+  reopened after ``close()`` or a ``fork``.
+* An array made by :meth:`BlockedArray.create` is *pending*: it becomes
+  visible at its URL only when :meth:`commit` (or :meth:`close`, or the
+  end of a ``with`` block without an exception) says it is complete.
+  :meth:`abort`, or an exception inside the ``with`` block, discards it
+  and leaves whatever was at the URL before untouched.
+* ``_read`` fills a C-contiguous buffer of the array's dtype; ``_write``
+  receives exactly the region's shape and the array's dtype.
+"""
+
+from __future__ import annotations
+
+import abc
+import itertools
+import json
+import math
+import os
+import threading
+from typing import Any, ClassVar, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from . import pages
+from .compression import Compression, parse_compression
+from .dtypes import as_dtype, byte_order, dtype_name
+from .errors import (
+    AlreadyExistsError,
+    DtypeMismatchError,
+    InvalidArgumentError,
+    InvalidStoreError,
+    NotFoundError,
+    OocarrError,
+    ReadOnlyError,
+    ShapeMismatchError,
+    UnsupportedDtypeError,
+)
+from .locator import Locator, normalize_container
+from .regions import check_region, parse_key
+
+__all__ = ["BlockedArray", "jsonable_attrs", "reopen", "require_exists", "corrupt", "temp_sibling"]
+
+_MODES = ("r", "r+")
+_SECRET_WORDS = ("secret", "password", "token", "key", "credential")
+
+
+def jsonable_attrs(attrs: Mapping[str, Any], *, url: str | None = None) -> dict[str, Any]:
+    """Convert attribute values to plain JSON types (NumPy scalars and arrays to lists, bytes to str).
+
+    Raises
+    ------
+    InvalidArgumentError
+        When a value has no JSON form.
+
+    Examples
+    --------
+    >>> jsonable_attrs({"scale": np.float32(0.5), "axes": np.array([1, 2]), "name": b"x"})
+    {'scale': 0.5, 'axes': [1, 2], 'name': 'x'}
+    """
+
+    def convert(value: Any) -> Any:
+        if isinstance(value, bytes):
+            return value.decode("utf-8", errors="replace")
+        if isinstance(value, np.ndarray):
+            return [convert(v) for v in value.tolist()] if value.ndim else convert(value.item())
+        if isinstance(value, np.generic):
+            return convert(value.item())
+        if isinstance(value, Mapping):
+            return {str(k): convert(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [convert(v) for v in value]
+        if isinstance(value, complex):
+            return [value.real, value.imag]
+        return value
+
+    out = {str(k): convert(v) for k, v in dict(attrs).items()}
+    try:
+        json.dumps(out, allow_nan=True)
+    except (TypeError, ValueError) as err:
+        raise InvalidArgumentError(
+            f"attrs {dict(attrs)!r} cannot be stored{' at ' + url if url else ''}: {err}; "
+            "use str, numbers, bools, lists and dicts",
+            url=url,
+        ) from None
+    return out
+
+
+def reopen(locator: Locator, mode: str, page_shape: tuple[int, ...] | None) -> "BlockedArray":
+    """Reopen an array from its locator; the target of ``BlockedArray`` pickling.
+
+    Examples
+    --------
+    >>> import pickle, tempfile, os, numpy as np, oocarr
+    >>> path = os.path.join(tempfile.mkdtemp(), "a.npy")
+    >>> a = oocarr.save(np.arange(4.0), path).store
+    >>> pickle.loads(pickle.dumps(a))[1:3]
+    array([1., 2.])
+    """
+    from .registry import get_driver
+
+    store = get_driver(locator.driver).open(locator, mode)
+    return store if page_shape is None else store.with_pages(page_shape)
+
+
+class BlockedArray(abc.ABC):
+    """An N-d array in storage, seen as a grid of pages.
+
+    Drivers subclass this and implement the abstract methods; everything
+    else is derived here.  Obtain instances with :func:`oocarr.open` and
+    :func:`oocarr.create` (or a driver's :meth:`open` / :meth:`create` with
+    a :class:`~oocarr.locator.Locator`).
+
+    Examples
+    --------
+    >>> import tempfile, os, numpy as np, oocarr
+    >>> path = os.path.join(tempfile.mkdtemp(), "a.npy")
+    >>> with oocarr.create(path, (5, 3), "float32").store as store:
+    ...     store[:] = np.ones((5, 3))
+    ...     store[0] = [1, 2, 3]
+    >>> store = oocarr.open(path).store
+    >>> store.with_pages((2, 3)).grid_shape
+    (3, 1)
+    >>> store.read_block((0, 0))[0]
+    array([1., 2., 3.], dtype=float32)
+    """
+
+    # A view made by with_pages shares the instance __dict__ (handles, pending
+    # state) with its parent and keeps only its page shape in this slot.
+    __slots__ = ("_view_pages", "__dict__", "__weakref__")
+
+    #: Entry-point name of the driver.
+    name: ClassVar[str] = ""
+    #: URL suffixes the driver claims when no ``driver=`` is given.
+    suffixes: ClassVar[tuple[str, ...]] = ()
+    #: Compressors ``create`` accepts for this driver.
+    compressions: ClassVar[frozenset[str]] = frozenset()
+    #: ``_read`` fills the caller's buffer with no intermediate copy.
+    supports_out_buffer: ClassVar[bool] = False
+    #: Writes that cover part of a storage chunk are native (not read-modify-write).
+    supports_partial_chunk_writes: ClassVar[bool] = True
+    #: A created array stays invisible until committed.
+    atomic_create: ClassVar[bool] = True
+    #: The driver can store attrs.
+    supports_attrs: ClassVar[bool] = True
+    #: The format stores arrays in chunks (``create`` accepts ``chunks=``).
+    supports_chunks: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        locator: Locator,
+        shape: Sequence[int],
+        dtype: Any,
+        chunks: Sequence[int] | None,
+        *,
+        mode: str = "r",
+        pending: bool = False,
+    ) -> None:
+        if mode not in _MODES:
+            raise InvalidArgumentError(f"mode must be 'r' or 'r+', got {mode!r}")
+        self._locator = locator
+        self._shape = tuple(int(s) for s in shape)
+        self._dtype = np.dtype(dtype)
+        self._chunks = None if chunks is None else tuple(int(c) for c in chunks)
+        self._mode = mode
+        self._pending = pending
+        self._page_shape: tuple[int, ...] | None = None
+        self._rmw_lock = threading.Lock()
+
+    # ------------------------------------------------------------------
+    # Driver primitives: class level
+    # ------------------------------------------------------------------
+    @classmethod
+    def can_open(cls, container: str, inner: str, storage_options: Mapping[str, Any]) -> bool:
+        """Whether this driver claims a URL when no driver is named (by suffix by default)."""
+        base = container.rstrip("/").lower()
+        return any(base.endswith(s) for s in cls.suffixes)
+
+    @classmethod
+    def locate(
+        cls,
+        container: str,
+        inner: str,
+        storage_options: Mapping[str, Any] | None = None,
+        driver_options: Mapping[str, Any] | None = None,
+    ) -> Locator:
+        """Build this driver's locator for a URL (local paths made absolute).
+
+        Drivers override this to validate the URL and driver options.
+        """
+        return Locator.make(
+            cls.name, normalize_container(container), inner, storage_options, driver_options
+        )
+
+    @classmethod
+    @abc.abstractmethod
+    def _open(cls, locator: Locator, mode: str) -> "BlockedArray":
+        """Open an existing, committed array (raise :class:`NotFoundError` if absent)."""
+
+    @classmethod
+    @abc.abstractmethod
+    def _create(
+        cls,
+        locator: Locator,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        chunks: tuple[int, ...] | None,
+        compression: Compression | None,
+        attrs: dict[str, Any],
+        overwrite: bool,
+    ) -> "BlockedArray":
+        """Create a pending array (invisible at its URL until :meth:`_commit`)."""
+
+    @classmethod
+    @abc.abstractmethod
+    def exists(cls, locator: Locator) -> bool:
+        """Whether a committed array exists at ``locator``."""
+
+    @classmethod
+    @abc.abstractmethod
+    def delete(cls, locator: Locator) -> None:
+        """Remove the array at ``locator`` (no error when it is absent)."""
+
+    @classmethod
+    def supports_dtype(cls, dtype: np.dtype) -> bool:
+        """Whether the format can store ``dtype`` (every dtype :func:`as_dtype` accepts by default)."""
+        return True
+
+    @classmethod
+    def default_chunks(cls, shape: tuple[int, ...], dtype: np.dtype) -> tuple[int, ...] | None:
+        """Chunk shape used by ``create`` when none is given (``None``: contiguous)."""
+        if not shape or not cls.supports_chunks:
+            return None
+        return pages.grow_block(shape, dtype.itemsize, pages.DEFAULT_CHUNK_BYTES)
+
+    # ------------------------------------------------------------------
+    # Driver primitives: instance level
+    # ------------------------------------------------------------------
+    @abc.abstractmethod
+    def _read(self, region: tuple[slice, ...], out: np.ndarray) -> None:
+        """Fill ``out`` (C-contiguous, this dtype, the region's shape) with ``region``."""
+
+    @abc.abstractmethod
+    def _write(self, region: tuple[slice, ...], value: np.ndarray) -> None:
+        """Store ``value`` (C-contiguous, this dtype, the region's shape) at ``region``."""
+
+    @abc.abstractmethod
+    def _read_attrs(self) -> dict[str, Any]:
+        """The stored attrs as a JSON-able dict."""
+
+    @abc.abstractmethod
+    def _write_attrs(self, attrs: dict[str, Any]) -> None:
+        """Replace the stored attrs."""
+
+    def _flush(self) -> None:
+        """Push buffered writes to storage (no-op by default)."""
+
+    def _release(self) -> None:
+        """Drop open handles; the next use reopens them (no-op by default)."""
+
+    def _commit(self) -> None:
+        """Make a pending array visible at its URL."""
+
+    def _abort(self) -> None:
+        """Discard a pending array, leaving the URL as it was."""
+
+    def _stored_nbytes(self) -> int | None:
+        """Bytes the array occupies in storage, or ``None`` when unknown."""
+        return None
+
+    @property
+    def compression(self) -> str | None:
+        """The compression in ``create``'s form (``"gzip:4"``), or ``None``."""
+        return None
+
+    # ------------------------------------------------------------------
+    # Opening and creating (derived)
+    # ------------------------------------------------------------------
+    @classmethod
+    def open(cls, locator: Locator, mode: str = "r") -> "BlockedArray":
+        """Open the committed array at ``locator``.
+
+        Parameters
+        ----------
+        locator : Locator
+            Where the array is; its driver must be this class's.
+        mode : {"r", "r+"}
+            Read-only (default) or read-write.
+
+        Examples
+        --------
+        >>> import tempfile, os, numpy as np, oocarr
+        >>> path = os.path.join(tempfile.mkdtemp(), "a.npy")
+        >>> loc = oocarr.save(np.zeros(3), path).store.locator
+        >>> type(oocarr.open(path).store).open(loc).shape
+        (3,)
+        """
+        if mode not in _MODES:
+            raise InvalidArgumentError(
+                f"mode {mode!r} for {locator.full_url} is not 'r' or 'r+'; "
+                "use oocarr.create to make a new array",
+                url=locator.full_url,
+            )
+        return cls._open(locator, mode)
+
+    @classmethod
+    def create(
+        cls,
+        locator: Locator,
+        shape: Sequence[int],
+        dtype: Any,
+        *,
+        chunks: Sequence[int] | None = None,
+        compression: Any = None,
+        attrs: Mapping[str, Any] | None = None,
+        overwrite: bool = False,
+    ) -> "BlockedArray":
+        """Create a pending array at ``locator``; it appears there on :meth:`commit`.
+
+        Parameters
+        ----------
+        locator : Locator
+            Where the array goes.
+        shape : sequence of int
+            Its shape (any rank, zero-length axes allowed).
+        dtype : dtype-like
+            Its dtype; see :func:`oocarr.dtypes.as_dtype`.
+        chunks : sequence of int, optional
+            Storage chunk shape; the driver picks one when omitted.
+        compression : str, optional
+            ``"gzip"``, ``"gzip:6"``, ``"lzf"``, ``"zstd"`` where the driver offers it.
+        attrs : mapping, optional
+            JSON-able attributes.
+        overwrite : bool
+            Replace an existing array (only once the new one commits).
+
+        Raises
+        ------
+        AlreadyExistsError
+            When an array exists at ``locator`` and ``overwrite`` is false.
+
+        Examples
+        --------
+        >>> import tempfile, os, oocarr
+        >>> from oocarr.registry import get_driver
+        >>> from oocarr.locator import Locator
+        >>> loc = Locator.make("memmap", os.path.join(tempfile.mkdtemp(), "a.npy"))
+        >>> with get_driver("memmap").create(loc, (2,), "int8") as store:
+        ...     store[:] = [1, 2]
+        >>> oocarr.to_numpy(oocarr.open(loc.url))
+        array([1, 2], dtype=int8)
+        """
+        url = locator.full_url
+        try:
+            shape = tuple(int(s) for s in shape)
+        except (TypeError, ValueError):
+            raise InvalidArgumentError(
+                f"shape {shape!r} for {url} must be a sequence of integers", url=url
+            ) from None
+        if any(s < 0 for s in shape):
+            raise InvalidArgumentError(f"shape {shape} for {url} has a negative length", url=url)
+        dtype = as_dtype(dtype, url=url)
+        if not cls.supports_dtype(dtype):
+            raise UnsupportedDtypeError(
+                f"the {cls.name} driver cannot store dtype {dtype_name(dtype)} at {url}; "
+                "pick another driver or dtype (docs/drivers lists what each format holds)",
+                url=url,
+            )
+        if chunks is not None:
+            if not cls.supports_chunks:
+                raise InvalidArgumentError(
+                    f"the {cls.name} driver stores arrays contiguously and takes no chunks= "
+                    f"(asked for {tuple(chunks)} at {url}); drop chunks= or pick a chunked format",
+                    url=url,
+                )
+            chunks = tuple(int(c) for c in chunks)
+            if len(chunks) != len(shape) or any(c < 1 for c in chunks):
+                raise InvalidArgumentError(
+                    f"chunks {chunks} for {url} must be one positive integer per axis of {shape}",
+                    url=url,
+                )
+        comp = parse_compression(compression, cls.compressions, url=url)
+        attrs = jsonable_attrs(attrs or {}, url=url)
+        if attrs and not cls.supports_attrs:
+            raise InvalidArgumentError(
+                f"the {cls.name} driver cannot store attrs at {url}; drop attrs or pick "
+                "another driver",
+                url=url,
+            )
+        if not overwrite and cls.exists(locator):
+            raise AlreadyExistsError(
+                f"an array already exists at {url}; pass overwrite=True to replace it",
+                url=url,
+            )
+        return cls._create(locator, shape, dtype, chunks, comp, attrs, overwrite)
+
+    # ------------------------------------------------------------------
+    # Identity and metadata
+    # ------------------------------------------------------------------
+    @property
+    def locator(self) -> Locator:
+        """The hashable address that reopens this array in any process."""
+        return self._locator
+
+    @property
+    def url(self) -> str:
+        """``container#/inner`` form of the locator."""
+        return self._locator.full_url
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The array's shape."""
+        return self._shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The array's dtype, with the byte order it is stored in."""
+        return self._dtype
+
+    @property
+    def chunks(self) -> tuple[int, ...] | None:
+        """The storage's own chunk shape, or ``None`` for contiguous storage."""
+        return self._chunks
+
+    @property
+    def readonly(self) -> bool:
+        """True when opened with ``mode="r"``."""
+        return self._mode == "r"
+
+    @property
+    def mode(self) -> str:
+        """``"r"`` or ``"r+"``."""
+        return self._mode
+
+    @property
+    def pending(self) -> bool:
+        """True for a created array that has not been committed yet."""
+        return self._pending
+
+    @property
+    def ndim(self) -> int:
+        """Number of axes."""
+        return len(self._shape)
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        return math.prod(self._shape)
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element."""
+        return self._dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        """Logical size in bytes (``size * itemsize``)."""
+        return self.size * self.itemsize
+
+    @property
+    def stored_nbytes(self) -> int | None:
+        """Bytes the array occupies in storage (after compression), ``None`` when unknown."""
+        return self._stored_nbytes()
+
+    @property
+    def attrs(self) -> dict[str, Any]:
+        """A copy of the array's attributes (JSON-able values)."""
+        return self._read_attrs()
+
+    def update_attrs(self, attrs: Mapping[str, Any]) -> None:
+        """Merge ``attrs`` into the stored attributes.
+
+        Examples
+        --------
+        >>> import tempfile, os, oocarr
+        >>> path = os.path.join(tempfile.mkdtemp(), "a.h5#/x")
+        >>> with oocarr.create(path, (2,), "f4").store as s:
+        ...     s.update_attrs({"units": "m"})
+        >>> oocarr.open(path).store.attrs
+        {'units': 'm'}
+        """
+        self._check_writable()
+        merged = self._read_attrs()
+        merged.update(jsonable_attrs(attrs, url=self.url))
+        self._write_attrs(merged)
+
+    def set_attrs(self, attrs: Mapping[str, Any]) -> None:
+        """Replace the stored attributes with ``attrs``."""
+        self._check_writable()
+        self._write_attrs(jsonable_attrs(attrs, url=self.url))
+
+    # ------------------------------------------------------------------
+    # Pages and blocks
+    # ------------------------------------------------------------------
+    @property
+    def page_shape(self) -> tuple[int, ...]:
+        """The block shape the engine tiles this array with.
+
+        Whole storage chunks grown to about :data:`oocarr.pages.DEFAULT_PAGE_BYTES`
+        unless set with :meth:`with_pages`.
+        """
+        view_pages = getattr(self, "_view_pages", None)
+        if view_pages is not None:
+            return view_pages
+        if self._page_shape is None:
+            self._page_shape = pages.grow_block(
+                self._shape, self.itemsize, pages.DEFAULT_PAGE_BYTES, base=self._chunks
+            )
+        return self._page_shape
+
+    def with_pages(self, page_shape: Sequence[int]) -> "BlockedArray":
+        """A view of the same storage tiled with ``page_shape`` (shares handles; no copy).
+
+        Examples
+        --------
+        >>> import numpy as np, oocarr
+        >>> oocarr.from_numpy(np.zeros((5, 4))).store.with_pages((2, 3)).grid_shape
+        (3, 2)
+        """
+        try:
+            page_shape = tuple(int(p) for p in page_shape)
+        except (TypeError, ValueError):
+            raise InvalidArgumentError(
+                f"page shape {page_shape!r} for {self.url} must be a sequence of integers",
+                url=self.url,
+            ) from None
+        if len(page_shape) != self.ndim or any(p < 1 for p in page_shape):
+            raise InvalidArgumentError(
+                f"page shape {page_shape} for {self.url} must have one positive length per "
+                f"axis of {self._shape}",
+                url=self.url,
+            )
+        view = object.__new__(type(self))
+        view.__dict__ = self.__dict__
+        view._view_pages = page_shape
+        return view
+
+    @property
+    def grid_shape(self) -> tuple[int, ...]:
+        """Number of pages along each axis."""
+        return pages.grid_shape(self._shape, self.page_shape)
+
+    @property
+    def num_blocks(self) -> int:
+        """Total number of pages."""
+        return math.prod(self.grid_shape)
+
+    def block_grid(self) -> Iterator[tuple[int, ...]]:
+        """Every page index, in C order (one ``()`` for a 0-d array, none for an empty one).
+
+        Examples
+        --------
+        >>> import numpy as np, oocarr
+        >>> list(oocarr.from_numpy(np.zeros((3, 2))).store.with_pages((2, 2)).block_grid())
+        [(0, 0), (1, 0)]
+        """
+        return itertools.product(*(range(n) for n in self.grid_shape))
+
+    def block_region(self, index: Sequence[int]) -> tuple[slice, ...]:
+        """The region of page ``index`` (edge pages are smaller)."""
+        index = tuple(int(i) for i in index)
+        grid = self.grid_shape
+        if len(index) != len(grid) or not all(0 <= i < n for i, n in zip(index, grid)):
+            raise IndexError(f"block index {index} is outside the page grid {grid} of {self.url}")
+        return pages.block_region(index, self.page_shape, self._shape)
+
+    def block_shape(self, index: Sequence[int]) -> tuple[int, ...]:
+        """The shape of page ``index``."""
+        return pages.region_shape(self.block_region(index))
+
+    def read_block(self, index: Sequence[int], out: np.ndarray | None = None) -> np.ndarray:
+        """Read page ``index`` (into ``out`` when given)."""
+        return self.read_region(self.block_region(index), out=out)
+
+    def write_block(self, index: Sequence[int], value: Any) -> None:
+        """Write page ``index``; ``value`` must have exactly the page's shape."""
+        self.write_region(self.block_region(index), value)
+
+    # ------------------------------------------------------------------
+    # Region I/O
+    # ------------------------------------------------------------------
+    def read_region(
+        self, region: Sequence[slice] | None = None, out: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Read a hyperrectangle of unit-step slices (the whole array for ``None``).
+
+        Parameters
+        ----------
+        region : sequence of slice, optional
+            One unit-step slice per axis.
+        out : numpy.ndarray, optional
+            A C-contiguous buffer of the region's shape and this dtype to
+            fill; drivers with ``supports_out_buffer`` fill it without an
+            intermediate copy.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``out`` when given, else a new array.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarr
+        >>> s = oocarr.from_numpy(np.arange(6).reshape(2, 3)).store
+        >>> buf = np.empty((2, 2), dtype=s.dtype)
+        >>> s.read_region((slice(0, 2), slice(1, 3)), out=buf) is buf
+        True
+        """
+        region = check_region(region, self._shape, self.url)
+        rshape = pages.region_shape(region)
+        if out is None:
+            out = np.empty(rshape, dtype=self._dtype)
+        else:
+            if not isinstance(out, np.ndarray):
+                raise InvalidArgumentError(
+                    f"out= must be a numpy.ndarray, got {type(out).__name__}", url=self.url
+                )
+            if out.shape != rshape:
+                raise ShapeMismatchError(
+                    f"out= has shape {out.shape} but the region of {self.url} has {rshape}",
+                    url=self.url,
+                )
+            if out.dtype != self._dtype:
+                raise DtypeMismatchError(
+                    f"out= has dtype {out.dtype} but {self.url} holds {self._dtype}; "
+                    "allocate the buffer with the array's dtype",
+                    url=self.url,
+                )
+            if not out.flags.c_contiguous or not out.flags.writeable:
+                raise InvalidArgumentError(
+                    f"out= for {self.url} must be a writeable C-contiguous array", url=self.url
+                )
+        if out.size:
+            self._read(region, out)
+        return out
+
+    def write_region(self, region: Sequence[slice] | None, value: Any) -> None:
+        """Write ``value`` (exactly the region's shape, a safely castable dtype) at ``region``.
+
+        Raises
+        ------
+        ReadOnlyError
+            When the array was opened read-only.
+        ShapeMismatchError, DtypeMismatchError
+            When ``value`` does not fit the region.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarr
+        >>> s = oocarr.from_numpy(np.zeros((2, 3), dtype="f4")).store
+        >>> s.write_region((slice(0, 1), slice(0, 3)), np.ones((1, 3), "f4"))
+        >>> s[0]
+        array([1., 1., 1.], dtype=float32)
+        """
+        self._check_writable()
+        region = check_region(region, self._shape, self.url)
+        rshape = pages.region_shape(region)
+        value = np.asarray(value)
+        if value.shape != rshape:
+            raise ShapeMismatchError(
+                f"cannot write a value of shape {value.shape} to a region of shape {rshape} "
+                f"in {self.url}; reshape it or write a matching region",
+                url=self.url,
+            )
+        self._check_cast(value.dtype, "safe")
+        if value.size:
+            self._write(region, np.ascontiguousarray(value, dtype=self._dtype))
+
+    def _check_cast(self, dtype: np.dtype, casting: str) -> None:
+        if dtype != self._dtype and not np.can_cast(dtype, self._dtype, casting=casting):
+            raise DtypeMismatchError(
+                f"cannot store {dtype} values in {self.url}, which holds {self._dtype}, "
+                f"without losing information; convert them with .astype({str(self._dtype)!r})",
+                url=self.url,
+            )
+
+    def _check_writable(self) -> None:
+        if self.readonly:
+            raise ReadOnlyError(
+                f"{self.url} was opened read-only; reopen it with mode='r+' to write",
+                url=self.url,
+            )
+
+    # ------------------------------------------------------------------
+    # NumPy-style indexing, eager like h5py and zarr
+    # ------------------------------------------------------------------
+    def __getitem__(self, key: Any) -> np.ndarray:
+        sel = parse_key(key, self._shape)
+        data = self.read_region(sel.bounds)
+        result = data[sel.post]
+        return result if sel.is_contiguous else np.ascontiguousarray(result)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._check_writable()
+        sel = parse_key(key, self._shape)
+        value = np.asarray(value)
+        self._check_cast(value.dtype, "same_kind")
+        try:
+            value = np.broadcast_to(value, sel.shape)
+        except ValueError:
+            raise ShapeMismatchError(
+                f"cannot broadcast a value of shape {value.shape} to the selection "
+                f"{sel.shape} of {self.url}",
+                url=self.url,
+            ) from None
+        bshape = pages.region_shape(sel.bounds)
+        if sel.is_contiguous:
+            self.write_region(sel.bounds, value.astype(self._dtype).reshape(bshape))
+            return
+        with self._rmw_lock:
+            block = self.read_region(sel.bounds)
+            block[sel.post] = value
+            self.write_region(sel.bounds, block)
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        data = self.read_region(None)
+        return data if dtype is None else data.astype(dtype, copy=False)
+
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError("len() of a 0-d array")
+        return self._shape[0]
+
+    # ------------------------------------------------------------------
+    # Life cycle
+    # ------------------------------------------------------------------
+    def flush(self) -> None:
+        """Push buffered writes to storage (a pending array stays pending)."""
+        if not self.readonly:
+            self._flush()
+
+    def commit(self) -> None:
+        """Make a created array visible at its URL; it stays open for reading and writing.
+
+        A no-op for arrays that were opened rather than created.
+        """
+        if self._pending:
+            self._flush()
+            self._commit()
+            self._pending = False
+
+    def abort(self) -> None:
+        """Discard a created, uncommitted array; the URL is left as it was before ``create``."""
+        if self._pending:
+            self._abort()
+            self._pending = False
+
+    def close(self) -> None:
+        """Commit a pending array, flush, and release handles (later use reopens them)."""
+        self.commit()
+        self.flush()
+        self._release()
+
+    def __enter__(self) -> "BlockedArray":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None and self._pending:
+            self.abort()
+            self._release()
+        else:
+            self.close()
+
+    def __reduce__(self):
+        if self._pending:
+            raise OocarrError(
+                f"{self.url} is still being created; commit() or close() it before sending "
+                "it to another process",
+                url=self.url,
+            )
+        return (reopen, (self._locator, self._mode, getattr(self, "_view_pages", None)))
+
+    # ------------------------------------------------------------------
+    # Description
+    # ------------------------------------------------------------------
+    def info(self) -> dict[str, Any]:
+        """A JSON-able description of the array, as ``oocarr inspect --json`` prints it.
+
+        Storage options whose names suggest secrets are redacted.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarr
+        >>> info = oocarr.from_numpy(np.zeros((4, 2), "f4")).store.info()
+        >>> info["driver"], info["shape"], info["dtype"], info["nbytes"]
+        ('memmap', [4, 2], 'float32', 32)
+        """
+        loc = self._locator.to_dict()
+        loc["storage_options"] = {
+            k: ("***" if any(w in k.lower() for w in _SECRET_WORDS) else v)
+            for k, v in loc["storage_options"].items()
+        }
+        stored = self.stored_nbytes
+        return {
+            "driver": self.name,
+            "url": self.url,
+            "locator": loc,
+            "shape": list(self._shape),
+            "dtype": dtype_name(self._dtype),
+            "byte_order": byte_order(self._dtype),
+            "itemsize": self.itemsize,
+            "chunks": None if self._chunks is None else list(self._chunks),
+            "page_shape": list(self.page_shape),
+            "compression": self.compression,
+            "nbytes": self.nbytes,
+            "stored_nbytes": stored,
+            "compression_ratio": (self.nbytes / stored) if stored else None,
+            "readonly": self.readonly,
+            "attrs": self.attrs,
+        }
+
+    def __repr__(self) -> str:
+        chunks = "contiguous" if self._chunks is None else f"chunks={self._chunks}"
+        state = ", pending" if self._pending else ""
+        return (
+            f"<{type(self).__name__} {self.url!r} shape={self._shape} "
+            f"dtype={dtype_name(self._dtype)} {chunks} mode={self._mode!r}{state}>"
+        )
+
+
+def require_exists(found: bool, locator: Locator, what: str = "array") -> None:
+    """Raise :class:`NotFoundError` naming the URL when ``found`` is false (driver helper)."""
+    if not found:
+        raise NotFoundError(
+            f"no {what} at {locator.full_url}; check the path (and the '#/inner/path') "
+            "or create it with oocarr.create",
+            url=locator.full_url,
+        )
+
+
+def corrupt(locator: Locator, detail: str) -> InvalidStoreError:
+    """An :class:`InvalidStoreError` naming the URL (driver helper)."""
+    return InvalidStoreError(
+        f"{locator.full_url} is not a valid {locator.driver} array: {detail}. "
+        "Check that the URL points at the right file, or recreate it",
+        url=locator.full_url,
+    )
+
+
+def temp_sibling(path: str) -> str:
+    """A hidden, unique name beside ``path`` for writing before an atomic rename."""
+    head, tail = os.path.split(path)
+    return os.path.join(head, f".{tail}.tmp-{os.getpid()}-{os.urandom(4).hex()}")

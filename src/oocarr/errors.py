@@ -1,0 +1,103 @@
+"""The exceptions oocarr raises for bad input and failed storage operations.
+
+Every class derives from :class:`OocarrError` and from the built-in
+exception a Python user would already catch for the same problem
+(``FileNotFoundError``, ``ValueError``, ``PermissionError`` ...), so both
+``except oocarr.errors.NotFoundError`` and ``except FileNotFoundError``
+work.  Messages name the URL involved and say what to do about it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "OocarrError",
+    "NotFoundError",
+    "AlreadyExistsError",
+    "InvalidStoreError",
+    "InvalidUrlError",
+    "InvalidArgumentError",
+    "UnknownDriverError",
+    "ReadOnlyError",
+    "UnsupportedDtypeError",
+    "UnsupportedCompressionError",
+    "ShapeMismatchError",
+    "DtypeMismatchError",
+    "BudgetTooSmallError",
+    "MissingDependencyError",
+]
+
+
+class OocarrError(Exception):
+    """Base class of every error oocarr raises on purpose.
+
+    Parameters
+    ----------
+    message : str
+        What went wrong and what to do about it.
+    url : str, optional
+        The URL of the array or container involved, kept as ``.url``.
+
+    Examples
+    --------
+    >>> try:
+    ...     raise NotFoundError("no array here", url="data.h5#/x")
+    ... except OocarrError as err:
+    ...     err.url
+    'data.h5#/x'
+    """
+
+    def __init__(self, message: str, *, url: str | None = None) -> None:
+        super().__init__(message)
+        self.url = url
+
+
+class NotFoundError(OocarrError, FileNotFoundError):
+    """The file, container or array named by a URL does not exist."""
+
+
+class AlreadyExistsError(OocarrError, FileExistsError):
+    """``create`` was asked to write where an array exists, without ``overwrite=True``."""
+
+
+class InvalidStoreError(OocarrError, ValueError):
+    """The storage exists but is not a valid array of the expected format (corrupt or foreign)."""
+
+
+class InvalidUrlError(OocarrError, ValueError):
+    """A URL cannot be parsed, or names no array the driver can address."""
+
+
+class InvalidArgumentError(OocarrError, ValueError):
+    """An argument has a value oocarr cannot use (a bad mode, chunk shape, page shape ...)."""
+
+
+class UnknownDriverError(OocarrError, ValueError):
+    """No registered driver has the given name or can open the given URL."""
+
+
+class ReadOnlyError(OocarrError, PermissionError):
+    """A write was attempted on an array opened read-only."""
+
+
+class UnsupportedDtypeError(OocarrError, TypeError):
+    """The storage format cannot hold this dtype."""
+
+
+class UnsupportedCompressionError(OocarrError, ValueError):
+    """The storage format does not offer this compression."""
+
+
+class ShapeMismatchError(OocarrError, ValueError):
+    """A value or region does not have the shape the array expects."""
+
+
+class DtypeMismatchError(OocarrError, TypeError):
+    """A value's dtype cannot be stored in the array without losing information."""
+
+
+class BudgetTooSmallError(OocarrError, MemoryError):
+    """The memory budget cannot hold even one page of the work asked for."""
+
+
+class MissingDependencyError(OocarrError, ImportError):
+    """A driver needs a package that is not installed."""

@@ -1,0 +1,37 @@
+"""Everything a storage driver may import from oocarr, in one place.
+
+A driver (built in or third party) imports this module and
+:mod:`oocarr.errors`, and nothing else of oocarr.
+
+Examples
+--------
+>>> from oocarr.interface import BlockedArray, Locator
+>>> issubclass(BlockedArray, object) and Locator.make("x", "/a").driver
+'x'
+"""
+
+from .blocked import BlockedArray, corrupt, jsonable_attrs, require_exists, temp_sibling
+from .compression import Compression
+from .dtypes import BFLOAT16, as_dtype, dtype_token, is_bfloat16
+from .locator import Locator, is_local, normalize_container
+from .pages import DEFAULT_CHUNK_BYTES, DEFAULT_PAGE_BYTES, grow_block, region_shape
+
+__all__ = [
+    "BlockedArray",
+    "Locator",
+    "Compression",
+    "BFLOAT16",
+    "DEFAULT_CHUNK_BYTES",
+    "DEFAULT_PAGE_BYTES",
+    "as_dtype",
+    "corrupt",
+    "dtype_token",
+    "grow_block",
+    "is_bfloat16",
+    "is_local",
+    "jsonable_attrs",
+    "normalize_container",
+    "region_shape",
+    "require_exists",
+    "temp_sibling",
+]

@@ -1,0 +1,136 @@
+"""Scratch storage: where arrays without a URL (``from_numpy(x)``, op outputs, gradients) live.
+
+Scratch files are ``.npy`` files in one directory.  That directory is
+``$OOCARR_SCRATCH_DIR`` when set, else ``oocarr-scratch-<user>`` in the
+system temporary directory, else (when that is RAM-backed, as ``/tmp`` is
+on some Linux systems) ``~/.cache/oocarr/scratch``.  A directory the user
+names that is RAM-backed is refused unless they allow it, since spilling
+to RAM defeats the purpose of out-of-core arrays.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import tempfile
+import threading
+import uuid
+
+from .errors import InvalidArgumentError
+
+__all__ = ["scratch_dir", "set_scratch_dir", "scratch_path", "is_ram_backed"]
+
+_RAM_FILESYSTEMS = {"tmpfs", "ramfs"}
+_lock = threading.Lock()
+_configured: tuple[str, bool] | None = None
+
+
+def is_ram_backed(path: str) -> bool:
+    """True when ``path`` lies on a RAM filesystem (``tmpfs``/``ramfs``; Linux only).
+
+    Examples
+    --------
+    >>> is_ram_backed("/proc/self") in (True, False)
+    True
+    """
+    path = os.path.realpath(path)
+    best, fstype = "", ""
+    try:
+        with open("/proc/mounts", encoding="utf-8") as mounts:
+            for line in mounts:
+                fields = line.split()
+                if len(fields) < 3:
+                    continue
+                mount = fields[1].replace("\\040", " ")
+                inside = path == mount or path.startswith(mount.rstrip("/") + "/")
+                if inside and len(mount) >= len(best):
+                    best, fstype = mount, fields[2]
+    except OSError:
+        return False
+    return fstype in _RAM_FILESYSTEMS
+
+
+def set_scratch_dir(path: str | None, *, allow_ram: bool = False) -> None:
+    """Use ``path`` for scratch arrays (``None`` restores the default).
+
+    Parameters
+    ----------
+    path : str or None
+        A directory; created if missing.
+    allow_ram : bool
+        Accept a RAM-backed directory (refused by default).
+
+    Raises
+    ------
+    InvalidArgumentError
+        When ``path`` is RAM-backed and ``allow_ram`` is false.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> set_scratch_dir(tempfile.mkdtemp(), allow_ram=True)
+    >>> set_scratch_dir(None)
+    """
+    global _configured
+    if path is None:
+        with _lock:
+            _configured = None
+        return
+    path = os.path.abspath(os.path.expanduser(path))
+    _check_dir(path, allow_ram)
+    with _lock:
+        _configured = (path, allow_ram)
+
+
+def _check_dir(path: str, allow_ram: bool) -> None:
+    os.makedirs(path, exist_ok=True)
+    if not allow_ram and is_ram_backed(path):
+        raise InvalidArgumentError(
+            f"scratch directory {path} is RAM-backed (tmpfs); out-of-core arrays would "
+            "use memory. Point OOCARR_SCRATCH_DIR at a disk directory, or pass "
+            "allow_ram=True (OOCARR_SCRATCH_ALLOW_RAM=1) to accept it",
+            url=path,
+        )
+
+
+def scratch_dir() -> str:
+    """The directory scratch arrays are written to (created on first use).
+
+    Examples
+    --------
+    >>> import os
+    >>> os.path.isdir(scratch_dir())
+    True
+    """
+    with _lock:
+        configured = _configured
+    if configured is not None:
+        _check_dir(*configured)
+        return configured[0]
+    allow_ram = os.environ.get("OOCARR_SCRATCH_ALLOW_RAM", "") not in ("", "0")
+    env = os.environ.get("OOCARR_SCRATCH_DIR")
+    if env:
+        path = os.path.abspath(os.path.expanduser(env))
+        _check_dir(path, allow_ram)
+        return path
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid()) if hasattr(os, "getuid") else "user"
+    path = os.path.join(tempfile.gettempdir(), f"oocarr-scratch-{user}")
+    os.makedirs(path, exist_ok=True)
+    if is_ram_backed(path) and not allow_ram:
+        path = os.path.join(os.path.expanduser("~"), ".cache", "oocarr", "scratch")
+        _check_dir(path, allow_ram)
+    return path
+
+
+def scratch_path(suffix: str = ".npy") -> str:
+    """A fresh, unused path in the scratch directory.
+
+    Examples
+    --------
+    >>> scratch_path().endswith(".npy")
+    True
+    """
+    return os.path.join(scratch_dir(), f"{uuid.uuid4().hex}{suffix}")

@@ -4,7 +4,7 @@ URL forms
 ---------
 ``path/to/data.npy`` (or ``file:///abs/data.npy``)
     A standard ``.npy`` file, created with NumPy's own header so
-    ``np.load`` reads it.
+    ``np.load`` reads it; Fortran-ordered files are read too.
 ``path/to/data.bin`` with ``driver="memmap", shape=..., dtype=...``
     A raw binary file (C order); ``offset=`` skips a header.
 
@@ -19,7 +19,8 @@ import json
 import math
 import os
 import threading
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -90,8 +91,17 @@ class MemmapArray(BlockedArray):
     supports_out_buffer = True
     supports_chunks = False
 
-    def __init__(self, locator: Locator, shape, dtype, *, mode: str, data_path: str,
-                 offset: int, pending: bool = False) -> None:
+    def __init__(
+        self,
+        locator: Locator,
+        shape,
+        dtype,
+        *,
+        mode: str,
+        data_path: str,
+        offset: int,
+        pending: bool = False,
+    ) -> None:
         super().__init__(locator, shape, dtype, None, mode=mode, pending=pending)
         self._data_path = data_path
         self._offset = offset
@@ -99,6 +109,7 @@ class MemmapArray(BlockedArray):
         self._mm: np.memmap | None = None
         self._mm_pid: int | None = None
         self._pending_attrs: dict[str, Any] | None = None
+        self._order = "C"
 
     # -- locating ------------------------------------------------------
     @classmethod
@@ -168,6 +179,7 @@ class MemmapArray(BlockedArray):
                     url=path,
                 )
             shape, dtype, offset = tuple(opts["shape"]), as_dtype(opts["dtype"]), opts["offset"]
+            order = "C"
             need = offset + math.prod(shape) * dtype.itemsize
             have = os.path.getsize(path)
             if have < need:
@@ -177,30 +189,25 @@ class MemmapArray(BlockedArray):
                     f"{dtype} needs {need}",
                 )
         else:
-            shape, dtype, offset = cls._read_npy_header(locator)
+            shape, dtype, offset, order = cls._read_npy_header(locator)
         store = cls(locator, shape, dtype, mode=mode, data_path=path, offset=offset)
+        store._order = order
         store._ensure_mapped()
         return store
 
     @staticmethod
-    def _read_npy_header(locator: Locator) -> tuple[tuple[int, ...], np.dtype, int]:
+    def _read_npy_header(locator: Locator) -> tuple[tuple[int, ...], np.dtype, int, str]:
         path = locator.url
         try:
             shape, fortran, dtype, offset = _npy_header(path)
         except (ValueError, OSError, SyntaxError) as err:
             raise corrupt(locator, f"not a readable .npy file ({err})") from None
-        if fortran and len(shape) > 1:
-            raise UnsupportedDtypeError(
-                f"{path} is a Fortran-ordered .npy file; rewrite it in C order "
-                "(np.save(path, np.ascontiguousarray(a)))",
-                url=path,
-            )
         dtype = as_dtype(dtype, url=path)
         need = offset + math.prod(shape) * dtype.itemsize
         have = os.path.getsize(path)
         if have < need:
             raise corrupt(locator, f"the file is truncated: {have} bytes of {need} expected")
-        return tuple(shape), dtype, offset
+        return tuple(shape), dtype, offset, "F" if fortran else "C"
 
     @classmethod
     def _create(cls, locator, shape, dtype, chunks, compression, attrs, overwrite):
@@ -238,8 +245,12 @@ class MemmapArray(BlockedArray):
                     path,
                     "",
                     None,
-                    {"raw": True, "offset": offset, "shape": list(shape),
-                     "dtype": dtype_token(dtype)},
+                    {
+                        "raw": True,
+                        "offset": offset,
+                        "shape": list(shape),
+                        "dtype": dtype_token(dtype),
+                    },
                 )
             else:
                 np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape).flush()
@@ -270,8 +281,12 @@ class MemmapArray(BlockedArray):
                 mode = "r" if self.readonly else "r+"
                 try:
                     self._mm = np.memmap(
-                        self._data_path, dtype=self.dtype, mode=mode,
-                        shape=self.shape, offset=self._offset,
+                        self._data_path,
+                        dtype=self.dtype,
+                        mode=mode,
+                        shape=self.shape,
+                        offset=self._offset,
+                        order=self._order,
                     )
                 except (ValueError, OSError) as err:
                     raise corrupt(self.locator, f"cannot map the file ({err})") from None

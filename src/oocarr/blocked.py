@@ -29,7 +29,8 @@ import json
 import math
 import os
 import threading
-from typing import Any, ClassVar, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -57,7 +58,7 @@ _SECRET_WORDS = ("secret", "password", "token", "key", "credential")
 
 
 def jsonable_attrs(attrs: Mapping[str, Any], *, url: str | None = None) -> dict[str, Any]:
-    """Convert attribute values to plain JSON types (NumPy scalars and arrays to lists, bytes to str).
+    """Convert attribute values to JSON types (NumPy scalars and arrays to lists, bytes to str).
 
     Raises
     ------
@@ -97,7 +98,7 @@ def jsonable_attrs(attrs: Mapping[str, Any], *, url: str | None = None) -> dict[
     return out
 
 
-def reopen(locator: Locator, mode: str, page_shape: tuple[int, ...] | None) -> "BlockedArray":
+def reopen(locator: Locator, mode: str, page_shape: tuple[int, ...] | None) -> BlockedArray:
     """Reopen an array from its locator; the target of ``BlockedArray`` pickling.
 
     Examples
@@ -205,7 +206,7 @@ class BlockedArray(abc.ABC):
 
     @classmethod
     @abc.abstractmethod
-    def _open(cls, locator: Locator, mode: str) -> "BlockedArray":
+    def _open(cls, locator: Locator, mode: str) -> BlockedArray:
         """Open an existing, committed array (raise :class:`NotFoundError` if absent)."""
 
     @classmethod
@@ -219,7 +220,7 @@ class BlockedArray(abc.ABC):
         compression: Compression | None,
         attrs: dict[str, Any],
         overwrite: bool,
-    ) -> "BlockedArray":
+    ) -> BlockedArray:
         """Create a pending array (invisible at its URL until :meth:`_commit`)."""
 
     @classmethod
@@ -234,7 +235,7 @@ class BlockedArray(abc.ABC):
 
     @classmethod
     def supports_dtype(cls, dtype: np.dtype) -> bool:
-        """Whether the format can store ``dtype`` (every dtype :func:`as_dtype` accepts by default)."""
+        """Whether the format can store ``dtype`` (default: all that :func:`as_dtype` takes)."""
         return True
 
     @classmethod
@@ -288,7 +289,7 @@ class BlockedArray(abc.ABC):
     # Opening and creating (derived)
     # ------------------------------------------------------------------
     @classmethod
-    def open(cls, locator: Locator, mode: str = "r") -> "BlockedArray":
+    def open(cls, locator: Locator, mode: str = "r") -> BlockedArray:
         """Open the committed array at ``locator``.
 
         Parameters
@@ -325,7 +326,7 @@ class BlockedArray(abc.ABC):
         compression: Any = None,
         attrs: Mapping[str, Any] | None = None,
         overwrite: bool = False,
-    ) -> "BlockedArray":
+    ) -> BlockedArray:
         """Create a pending array at ``locator``; it appears there on :meth:`commit`.
 
         Parameters
@@ -519,7 +520,7 @@ class BlockedArray(abc.ABC):
             )
         return self._page_shape
 
-    def with_pages(self, page_shape: Sequence[int]) -> "BlockedArray":
+    def with_pages(self, page_shape: Sequence[int]) -> BlockedArray:
         """A view of the same storage tiled with ``page_shape`` (shares handles; no copy).
 
         Examples
@@ -675,7 +676,7 @@ class BlockedArray(abc.ABC):
             )
         self._check_cast(value.dtype, "safe")
         if value.size:
-            self._write(region, np.ascontiguousarray(value, dtype=self._dtype))
+            self._write(region, np.asarray(value, dtype=self._dtype, order="C"))
 
     def _check_cast(self, dtype: np.dtype, casting: str) -> None:
         if dtype != self._dtype and not np.can_cast(dtype, self._dtype, casting=casting):
@@ -699,7 +700,7 @@ class BlockedArray(abc.ABC):
         sel = parse_key(key, self._shape)
         data = self.read_region(sel.bounds)
         result = data[sel.post]
-        return result if sel.is_contiguous else np.ascontiguousarray(result)
+        return result if sel.is_contiguous else np.asarray(result, order="C")
 
     def __setitem__(self, key: Any, value: Any) -> None:
         self._check_writable()
@@ -762,7 +763,7 @@ class BlockedArray(abc.ABC):
         self.flush()
         self._release()
 
-    def __enter__(self) -> "BlockedArray":
+    def __enter__(self) -> BlockedArray:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:

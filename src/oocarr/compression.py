@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from .errors import UnsupportedCompressionError
 
@@ -30,7 +31,10 @@ class Compression:
 def parse_compression(
     spec: Any, supported: Iterable[str], *, url: str | None = None
 ) -> Compression | None:
-    """Parse ``None``, ``"gzip"``, ``"gzip:6"``, ``("gzip", 6)`` or ``{"name": "gzip", "level": 6}``.
+    """Parse a compression spec.
+
+    Accepted forms: ``None``, ``"gzip"``, ``"gzip:6"``, ``("gzip", 6)`` and
+    ``{"name": "gzip", "level": 6}``.
 
     Parameters
     ----------

@@ -106,7 +106,7 @@ class DiskArray:
         """Commit a created array and release its handles."""
         self._store.close()
 
-    def __enter__(self) -> "DiskArray":
+    def __enter__(self) -> DiskArray:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from .errors import InvalidUrlError
 
@@ -157,7 +158,7 @@ class Locator:
         path: str = "",
         storage_options: Mapping[str, Any] | None = None,
         driver_options: Mapping[str, Any] | None = None,
-    ) -> "Locator":
+    ) -> Locator:
         """Build a locator from plain mappings (frozen so the locator hashes)."""
         return cls(
             driver=driver,
@@ -193,7 +194,7 @@ class Locator:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Locator":
+    def from_dict(cls, data: Mapping[str, Any]) -> Locator:
         """Rebuild a locator from :meth:`to_dict`'s output."""
         return cls.make(
             data["driver"],

@@ -6,7 +6,7 @@ Everything here is pure shape math on tuples: no I/O and no driver.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 __all__ = [
     "DEFAULT_PAGE_BYTES",
@@ -97,9 +97,7 @@ def block_region(
     >>> block_region((2, 0), (4, 7), (10, 7))
     (slice(8, 10, None), slice(0, 7, None))
     """
-    return tuple(
-        slice(i * b, min((i + 1) * b, s)) for i, b, s in zip(index, block, shape)
-    )
+    return tuple(slice(i * b, min((i + 1) * b, s)) for i, b, s in zip(index, block, shape))
 
 
 def region_shape(region: Sequence[slice]) -> tuple[int, ...]:

@@ -26,7 +26,7 @@ ENTRY_POINT_GROUP = "oocarr.drivers"
 
 _lock = threading.Lock()
 _entry_points: dict[str, metadata.EntryPoint] | None = None
-_loaded: dict[str, type["BlockedArray"]] = {}
+_loaded: dict[str, type[BlockedArray]] = {}
 
 
 def refresh() -> None:
@@ -66,7 +66,7 @@ def available_drivers() -> list[str]:
     return sorted(_scan())
 
 
-def get_driver(name: str) -> type["BlockedArray"]:
+def get_driver(name: str) -> type[BlockedArray]:
     """The driver class registered under ``name``, imported on first use.
 
     Parameters
@@ -114,7 +114,7 @@ def get_driver(name: str) -> type["BlockedArray"]:
     return cls
 
 
-def load_drivers() -> dict[str, type["BlockedArray"]]:
+def load_drivers() -> dict[str, type[BlockedArray]]:
     """Every registered driver class that imports cleanly, by name.
 
     A driver whose dependencies are missing is left out here (and raises

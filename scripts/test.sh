@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Make a virtual environment, install oocarr with its test extras, lint, run the whole suite,
+# then prove a plain (non-editable) install works from a second, fresh virtual environment.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON="${PYTHON:-$(command -v python3.11 || command -v python3)}"
+VENV="${OOCARR_VENV:-.venv}"
+
+if [ ! -x "$VENV/bin/python" ]; then
+    "$PYTHON" -m venv "$VENV"
+fi
+"$VENV/bin/python" -m pip install --quiet --upgrade pip
+"$VENV/bin/python" -m pip install --quiet -e ".[test]"
+
+echo "== lint"
+"$VENV/bin/ruff" check src drivers tests scripts
+"$VENV/bin/ruff" format --check src drivers tests scripts
+
+echo "== non-editable install into a fresh virtual environment"
+WHEEL_VENV="$(mktemp -d)/venv"
+"$PYTHON" -m venv "$WHEEL_VENV"
+"$WHEEL_VENV/bin/python" -m pip install --quiet --upgrade pip
+"$WHEEL_VENV/bin/python" -m pip install --quiet .
+(cd "$(dirname "$WHEEL_VENV")" && "$WHEEL_VENV/bin/python" "$OLDPWD/scripts/check_install.py")
+rm -rf "$(dirname "$WHEEL_VENV")"
+
+echo "== test suite"
+"$VENV/bin/python" -m pytest -n 2 -q "$@"

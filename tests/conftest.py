@@ -1,0 +1,163 @@
+"""Shared fixtures: one ``Backend`` per registered driver configuration, an S3 API on
+loopback, and the test-suite driver registered through a real ``oocarr.drivers`` entry point."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import pathlib
+import sys
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pytest
+
+import oocarr
+from oocarr import registry
+
+HERE = pathlib.Path(__file__).parent
+
+
+def _register_test_driver(root: pathlib.Path) -> None:
+    """Install the test driver as a third-party package would: a dist-info with an entry point."""
+    dist = root / "oocarr_testmem-0.1.dist-info"
+    dist.mkdir(parents=True, exist_ok=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: oocarr-testmem\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[oocarr.drivers]\ntestmem = mem_driver:MemoryArray\n")
+    for path in (str(root), str(HERE)):
+        if path not in sys.path:
+            sys.path.insert(0, path)
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(root), str(HERE), os.environ.get("PYTHONPATH", "")) if p
+    )
+    registry.refresh()
+
+
+_register_test_driver(pathlib.Path(__import__("tempfile").mkdtemp(prefix="oocarr-ep-")))
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """An S3 API (moto's server mode) on 127.0.0.1, with one bucket; stopped after the session."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    options = {
+        "key": "testing",
+        "secret": "testing",
+        "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
+        "use_listings_cache": False,
+    }
+    import s3fs
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, **options)
+    fs.mkdir("oocarr-test")
+    yield options
+    server.stop()
+
+
+@dataclass
+class Backend:
+    """One way of storing arrays: a driver plus a configuration of it."""
+
+    id: str
+    make_url: Callable[[str], str]
+    create_kwargs: dict[str, Any] = field(default_factory=dict)
+    chunked: bool = True
+    cross_process: bool = True
+    native_maker: Callable[[str, np.ndarray], None] | None = None
+    unsupported: tuple[str, ...] = ()
+
+    _counter = itertools.count()
+
+    def url(self, name: str = "a") -> str:
+        return self.make_url(f"{name}{next(self._counter)}")
+
+    def supports(self, dtype: Any) -> bool:
+        return np.dtype(dtype).name not in self.unsupported
+
+    def store(self, data: np.ndarray, *, chunks=None, attrs=None, mode: str = "r+"):
+        """Store ``data`` on this backend and return an open BlockedArray."""
+        url = self.url()
+        if self.native_maker is not None:
+            self.native_maker(url, data)
+            return oocarr.open(url, mode, **self.open_kwargs(data)).store
+        kwargs = dict(self.create_kwargs)
+        if chunks is not None and self.chunked:
+            kwargs["chunks"] = chunks
+        x = oocarr.save(data, url, attrs=attrs, **kwargs)
+        store = x.store
+        return store if mode == "r+" else type(store).open(store.locator, mode)
+
+    def open_kwargs(self, data):
+        return {k: v for k, v in self.create_kwargs.items() if k in ("driver", "storage_options")}
+
+
+def _h5_contiguous(url: str, data: np.ndarray) -> None:
+    import h5py
+
+    path, _, name = url.partition("#")
+    with h5py.File(path, "a") as f:
+        f.create_dataset(name, data=data)
+
+
+def make_backends(tmp: pathlib.Path, s3_options: dict | None) -> list[Backend]:
+    def local(suffix):
+        return lambda name: str(tmp / f"{name}{suffix}")
+
+    backends = [
+        Backend("memmap-npy", local(".npy"), chunked=False, unsupported=("bfloat16",)),
+        Backend("memmap-raw", local(".bin"), {"driver": "memmap"}, chunked=False),
+        Backend(
+            "hdf5-chunked",
+            lambda n: str(tmp / f"{n}.h5") + "#/group/data",
+            unsupported=("bfloat16",),
+        ),
+        Backend(
+            "hdf5-contiguous",
+            lambda n: str(tmp / "shared.h5") + f"#/g/{n}",
+            chunked=False,
+            native_maker=_h5_contiguous,
+            unsupported=("bfloat16",),
+        ),
+        Backend(
+            "fsspec-memory",
+            lambda n: f"memory://oocarr-{uuid.uuid4().hex}/{n}.zarr",
+            cross_process=False,
+        ),
+        Backend("fsspec-local", local(".zarr")),
+        Backend("testmem", lambda n: f"mem://{uuid.uuid4().hex}/{n}", cross_process=False),
+    ]
+    if s3_options is not None:
+        backends.append(
+            Backend(
+                "fsspec-s3",
+                lambda n: f"s3://oocarr-test/{uuid.uuid4().hex}/{n}.zarr",
+                {"storage_options": s3_options},
+            )
+        )
+    return backends
+
+
+BACKEND_IDS = [
+    "memmap-npy",
+    "memmap-raw",
+    "hdf5-chunked",
+    "hdf5-contiguous",
+    "fsspec-memory",
+    "fsspec-local",
+    "fsspec-s3",
+    "testmem",
+]
+
+
+@pytest.fixture(params=BACKEND_IDS)
+def backend(request, tmp_path) -> Backend:
+    s3 = request.getfixturevalue("s3_server") if request.param == "fsspec-s3" else None
+    return next(b for b in make_backends(tmp_path, s3) if b.id == request.param)

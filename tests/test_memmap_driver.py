@@ -1,0 +1,130 @@
+"""memmap driver specifics: NumPy's own reader as the oracle, raw files, and bad input."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+
+import oocarr
+from oocarr import errors
+
+
+def digest(path) -> str:
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+@pytest.mark.parametrize("dtype", ["bool", "uint8", ">f8", "<i4", "complex64", "float16"])
+def test_created_npy_files_load_in_numpy(tmp_path, dtype):
+    data = (np.arange(24) % 5).astype(dtype).reshape(2, 3, 4)
+    path = tmp_path / "a.npy"
+    with oocarr.create(str(path), data.shape, dtype) as x:
+        x.store[:] = data
+    loaded = np.load(path)
+    assert loaded.dtype == np.dtype(dtype) and np.array_equal(loaded, data)
+
+
+def test_npy_files_from_numpy_open_including_fortran_order(tmp_path):
+    data = np.arange(30.0).reshape(5, 6)
+    np.save(tmp_path / "c.npy", data)
+    np.save(tmp_path / "f.npy", np.asfortranarray(data))
+    for name in ("c.npy", "f.npy"):
+        store = oocarr.open(str(tmp_path / name)).store.with_pages((2, 4))
+        assert np.array_equal(store[:], data)
+        assert np.array_equal(store.read_block((2, 1)), data[4:, 4:])
+
+
+def test_read_only_open_never_writes_the_file(tmp_path):
+    path = tmp_path / "src.npy"
+    np.save(path, np.arange(100.0))
+    before = digest(path)
+    store = oocarr.open(str(path)).store
+    store[:]
+    with pytest.raises(errors.ReadOnlyError):
+        store[0] = 5
+    store.close()
+    assert digest(path) == before
+
+
+def test_raw_binary_files_with_offset(tmp_path):
+    path = tmp_path / "data.bin"
+    data = np.arange(12, dtype="<u2").reshape(3, 4)
+    path.write_bytes(b"HEADER" + data.tobytes())
+    x = oocarr.open(str(path), driver="memmap", shape=(3, 4), dtype="<u2", offset=6)
+    assert np.array_equal(np.asarray(x), data)
+    assert x.locator.driver_kwargs["offset"] == 6
+    with pytest.raises(errors.InvalidArgumentError, match="shape="):
+        oocarr.open(str(path), driver="memmap")
+    with pytest.raises(errors.InvalidStoreError, match="needs"):
+        oocarr.open(str(path), driver="memmap", shape=(4, 4), dtype="<u2", offset=6)
+    with pytest.raises(errors.InvalidArgumentError, match="unknown memmap options"):
+        oocarr.open(str(path), driver="memmap", shape=(3, 4), dtype="<u2", order="F")
+
+
+def test_raw_bfloat16_round_trip(tmp_path):
+    import ml_dtypes
+
+    data = np.linspace(-2, 2, 8).astype(ml_dtypes.bfloat16)
+    x = oocarr.save(data, str(tmp_path / "w.bf16"), driver="memmap")
+    raw = np.fromfile(tmp_path / "w.bf16", dtype=ml_dtypes.bfloat16)
+    assert raw.tobytes() == data.tobytes()
+    again = oocarr.open(x.locator)
+    assert again.dtype == data.dtype and np.asarray(again).tobytes() == data.tobytes()
+
+
+@pytest.mark.parametrize(
+    "content, match",
+    [
+        (b"", "readable"),
+        (b"not an npy file at all", "readable"),
+        (None, "truncated"),
+    ],
+)
+def test_broken_npy_files_are_invalid_stores(tmp_path, content, match):
+    path = tmp_path / "bad.npy"
+    if content is None:
+        np.save(path, np.arange(1000.0))
+        path.write_bytes(path.read_bytes()[:-100])
+    else:
+        path.write_bytes(content)
+    with pytest.raises(errors.InvalidStoreError, match=match) as info:
+        oocarr.open(str(path))
+    assert str(path) in str(info.value)
+
+
+def test_object_npy_is_an_unsupported_dtype(tmp_path):
+    np.save(tmp_path / "o.npy", np.array(["a", 1], dtype=object), allow_pickle=True)
+    with pytest.raises(errors.UnsupportedDtypeError):
+        oocarr.open(str(tmp_path / "o.npy"))
+
+
+def test_bfloat16_npy_is_refused_with_a_way_out(tmp_path):
+    with pytest.raises(errors.UnsupportedDtypeError, match="raw file"):
+        oocarr.create(str(tmp_path / "b.npy"), (3,), "bfloat16")
+
+
+def test_urls_the_driver_cannot_map(tmp_path):
+    with pytest.raises(errors.InvalidUrlError, match="fsspec"):
+        oocarr.open("s3://bucket/a.npy", driver="memmap")
+    with pytest.raises(errors.InvalidUrlError, match="one array"):
+        oocarr.open(str(tmp_path / "a.npy") + "#/x")
+    with pytest.raises(errors.InvalidArgumentError, match="does not exist"):
+        oocarr.create(str(tmp_path / "no" / "dir" / "a.npy"), (3,), "f4")
+
+
+def test_attrs_live_in_a_sidecar_numpy_ignores(tmp_path):
+    path = tmp_path / "a.npy"
+    oocarr.save(np.ones(3), str(path), attrs={"units": "m"})
+    assert (tmp_path / "a.npy.attrs.json").exists()
+    assert np.array_equal(np.load(path), np.ones(3))
+    assert oocarr.open(str(path)).attrs == {"units": "m"}
+    oocarr.save(np.ones(3), str(path), overwrite=True, attrs={})
+    assert not (tmp_path / "a.npy.attrs.json").exists()
+
+
+def test_no_temporary_files_are_left_behind(tmp_path):
+    oocarr.save(np.ones((10, 10)), str(tmp_path / "a.npy"))
+    with pytest.raises(ValueError), oocarr.create(str(tmp_path / "b.npy"), (3,), "f4"):
+        raise ValueError
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npy"]

@@ -57,7 +57,7 @@ def s3_server():
     import s3fs
 
     fs = s3fs.S3FileSystem(skip_instance_cache=True, **options)
-    fs.mkdir("oocarr-test")
+    fs.call_s3("create_bucket", Bucket="oocarr-test")
     yield options
     server.stop()
 

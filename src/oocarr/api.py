@@ -60,6 +60,10 @@ def resolve(
                 "Pass driver=NAME (or --driver NAME) to choose one",
                 url=os.fspath(url),
             )
+        # A driver that claims the URL by its own suffix beats one that claims it otherwise
+        # (a .npy file inside a .zarr directory is still a .npy file).
+        base = container.rstrip("/").lower()
+        claims.sort(key=lambda c: not any(base.endswith(s) for s in c.suffixes))
         cls = claims[0]
     return cls, cls.locate(container, inner, storage_options, driver_options)
 

@@ -177,7 +177,7 @@ class BlockedArray(abc.ABC):
         self._mode = mode
         self._pending = pending
         self._page_shape: tuple[int, ...] | None = None
-        self._rmw_lock = threading.Lock()
+        self._rmw_lock = threading.RLock()
 
     # ------------------------------------------------------------------
     # Driver primitives: class level

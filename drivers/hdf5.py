@@ -1,1 +1,1077 @@
-"""Placeholder replaced by the HDF5 driver."""
+"""The HDF5 driver: datasets in local HDF5 files, read and written through ``h5py``.
+
+URL forms
+---------
+``path/to/file.h5#/group/name`` (also ``.hdf5``, and ``file:///abs/file.h5#/x``)
+    The dataset ``/group/name`` in a local HDF5 file.  The ``#/inner/path``
+    part is required.
+
+Handles
+-------
+One ``h5py.File`` is kept per process and file, shared by every store on
+that file and reference counted; it is opened on first use, never carried
+across ``fork``, and closed when the last store on it is released.  It is
+opened read-write while any store in the process writes to the file and
+read-only otherwise, so other processes can read a file once its writers
+are closed (HDF5 file locking forbids opening a file that another process
+has open for writing).
+
+Attributes
+----------
+Strings, numbers, booleans and rectangular lists of one of those types are
+stored as native HDF5 attributes; dicts, ``None``, empty, mixed and ragged
+lists are stored as JSON text and their names recorded in the attribute
+``_oocarr_json`` so they read back as what was written.
+
+Creating
+--------
+A new file is written at a hidden temporary name beside the target and
+renamed into place on commit.  A dataset added to an existing file is
+written as a hidden dataset at the file's root and moved to its name on
+commit; the other datasets in the file are not touched.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import math
+import os
+import threading
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import h5py
+import numpy as np
+
+from oocarr.errors import (
+    AlreadyExistsError,
+    InvalidArgumentError,
+    InvalidUrlError,
+    NotFoundError,
+    OocarrError,
+    ReadOnlyError,
+    StorageBusyError,
+    UnsupportedCompressionError,
+    UnsupportedDtypeError,
+    WriteError,
+)
+from oocarr.interface import (
+    BlockedArray,
+    Compression,
+    Locator,
+    as_dtype,
+    corrupt,
+    is_bfloat16,
+    is_local,
+    jsonable_attrs,
+    normalize_container,
+    require_exists,
+    temp_sibling,
+)
+
+__all__ = ["HDF5Array"]
+
+#: Attribute listing the names of attributes stored as JSON text.
+JSON_ATTRS = "_oocarr_json"
+#: Pages whose chunks the chunk cache holds at once: the current one and the prefetched one.
+PAGES_IN_FLIGHT = 2
+#: Smallest chunk cache given to a chunked dataset (HDF5's own default).
+MIN_CHUNK_CACHE = 2**20
+#: Upper bound on chunk-cache hash slots (each costs a pointer).
+MAX_CACHE_SLOTS = 2**20
+#: Evict fully read or written chunks first: pages stream through the cache once.
+CACHE_W0 = 1.0
+DEFAULT_GZIP_LEVEL = 4
+_LISTED = 20
+_TEMP_MARK = ".tmp-"
+
+_INT64 = np.iinfo(np.int64)
+
+
+# ----------------------------------------------------------------------
+# Shared per-process files
+# ----------------------------------------------------------------------
+class _SharedFile:
+    """One open ``h5py.File``, its open datasets and the stores that use it, in one process.
+
+    Datasets are shared too: HDF5 keeps one chunk cache per open dataset,
+    sized by whoever opens it first, so a store that needs a larger cache
+    closes the shared handle and reopens it larger.
+    """
+
+    __slots__ = ("path", "file", "writable", "readers", "writers", "datasets")
+
+    def __init__(self, path: str, file: h5py.File, writable: bool) -> None:
+        self.path = path
+        self.file: h5py.File | None = file
+        self.writable = writable
+        self.readers = 0
+        self.writers = 0
+        self.datasets: dict[str, tuple[h5py.Dataset, int]] = {}
+
+    def dataset(self, name: str, cache: tuple[int, int] | None, locator: Locator) -> h5py.Dataset:
+        """The open dataset ``name`` with a chunk cache of at least ``cache`` (slots, bytes)."""
+        file = _ensure_file(self, locator)
+        held = self.datasets.get(name)
+        if held is not None and held[0].id.valid and (cache is None or cache[1] <= held[1]):
+            return held[0]
+        self.forget(name)
+        try:
+            if cache is None:
+                dsid = h5py.h5d.open(file.id, name.encode("utf-8"))
+            else:
+                dapl = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
+                dapl.set_chunk_cache(cache[0], cache[1], CACHE_W0)
+                dsid = h5py.h5d.open(file.id, name.encode("utf-8"), dapl=dapl)
+        except (KeyError, OSError) as err:
+            raise corrupt(
+                locator,
+                f"its dataset {name} cannot be opened ({err}); it was deleted or moved "
+                "since it was opened",
+            ) from None
+        dset = h5py.Dataset(dsid)
+        self.datasets[name] = (dset, 0 if cache is None else cache[1])
+        return dset
+
+    def forget(self, name: str) -> None:
+        """Close the shared handle on dataset ``name`` (before it is moved, deleted or regrown)."""
+        held = self.datasets.pop(name, None)
+        if held is not None:
+            try:
+                held[0].id.close()
+            except Exception:
+                pass
+
+
+class _DriverLock:
+    """The driver's re-entrant lock; releases deferred by garbage collection run when it is let go.
+
+    Every use of a shared file or dataset happens under it.  A handle
+    collected while a thread is inside the lock (or while another thread
+    holds it) must not close files under that thread's feet, nor wait, so
+    its release is queued and run by whoever leaves the lock last.
+    """
+
+    def __init__(self) -> None:
+        self.raw = threading.RLock()
+        self._owner: int | None = None
+        self._depth = 0
+
+    def __enter__(self) -> _DriverLock:
+        self.raw.acquire()
+        self._owner = threading.get_ident()
+        self._depth += 1
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self._depth == 1:
+                while _DEFERRED:
+                    _release_ref(*_DEFERRED.popleft())
+        finally:
+            self._depth -= 1
+            if self._depth == 0:
+                self._owner = None
+            self.raw.release()
+
+    def try_enter(self) -> bool:
+        """Enter only if no thread, this one included, is inside; never wait."""
+        if self._owner == threading.get_ident() or not self.raw.acquire(blocking=False):
+            return False
+        self._owner = threading.get_ident()
+        self._depth += 1
+        return True
+
+
+_DEFERRED: collections.deque[tuple[int, str, bool, Locator]] = collections.deque()
+_LOCK = _DriverLock()
+_FILES: dict[tuple[int, str], _SharedFile] = {}
+# Handles inherited across fork: kept alive and never closed in the child,
+# where closing them could write the parent's state into its files.
+_INHERITED: list[Any] = []
+
+
+def _before_fork() -> None:
+    _LOCK.raw.acquire()
+    pid = os.getpid()
+    for (owner, _), entry in _FILES.items():
+        if owner == pid and entry.writable and entry.file is not None:
+            try:
+                entry.file.flush()
+            except Exception:
+                pass
+
+
+def _after_fork_in_parent() -> None:
+    _LOCK.raw.release()
+
+
+def _after_fork_in_child() -> None:
+    global _LOCK
+    _LOCK = _DriverLock()
+    _DEFERRED.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(
+        before=_before_fork,
+        after_in_parent=_after_fork_in_parent,
+        after_in_child=_after_fork_in_child,
+    )
+
+
+def _open_file(path: str, mode: str, locator: Locator) -> h5py.File:
+    """``h5py.File(path, mode)`` with its failures turned into oocarr errors."""
+    url = locator.full_url
+    try:
+        return h5py.File(path, mode)
+    except FileNotFoundError:
+        require_exists(False, locator, "file")
+        raise
+    except OSError as err:
+        text = str(err)
+        writing = mode != "r"
+        if "lock" in text:
+            raise StorageBusyError(
+                f"cannot open {url}: another process has the file open"
+                f"{'' if writing else ' for writing'} (HDF5 file locking); close it there "
+                "first, or set HDF5_USE_FILE_LOCKING=FALSE if you are sure no one writes "
+                "to it concurrently",
+                url=url,
+            ) from None
+        if "already open for read-only" in text:
+            raise ReadOnlyError(
+                f"cannot open {url} for writing: the file is open read-only elsewhere in this "
+                "process (an h5py.File?); close that handle first",
+                url=url,
+            ) from None
+        if isinstance(err, PermissionError) or "ermission denied" in text:
+            raise ReadOnlyError(
+                f"cannot open {url}{' for writing' if writing else ''}: permission denied; "
+                "check the file's permissions" + (" or open it with mode='r'" if writing else ""),
+                url=url,
+            ) from None
+        raise corrupt(locator, f"h5py cannot open the file ({err})") from None
+
+
+def _close_quietly(file: h5py.File | None) -> None:
+    if file is None:
+        return
+    try:
+        file.close()
+    except Exception:
+        pass
+
+
+def _reopen(entry: _SharedFile, writable: bool, locator: Locator) -> None:
+    """Reopen ``entry``'s file in another mode (HDF5 cannot hold one file in two modes)."""
+    was = entry.writable
+    entry.datasets.clear()
+    _close_quietly(entry.file)
+    entry.file = None
+    try:
+        entry.file = _open_file(entry.path, "r+" if writable else "r", locator)
+        entry.writable = writable
+    except OocarrError:
+        try:
+            entry.file = h5py.File(entry.path, "r+" if was else "r")
+        except Exception:
+            entry.file = None
+        raise
+
+
+def _ensure_file(entry: _SharedFile, locator: Locator) -> h5py.File:
+    if entry.file is None or not entry.file.id.valid:
+        _reopen(entry, entry.writers > 0, locator)
+    return entry.file
+
+
+def _acquire(path: str, writable: bool, locator: Locator, *, new: bool = False) -> _SharedFile:
+    """Take a reference on this process's shared file at ``path`` (call with ``_LOCK`` held)."""
+    key = (os.getpid(), path)
+    entry = _FILES.get(key)
+    if entry is None:
+        mode = "w-" if new else ("r+" if writable else "r")
+        entry = _SharedFile(path, _open_file(path, mode, locator), writable or new)
+        _FILES[key] = entry
+    else:
+        _ensure_file(entry, locator)
+        if writable and not entry.writable:
+            _reopen(entry, True, locator)
+    if writable:
+        entry.writers += 1
+    else:
+        entry.readers += 1
+    return entry
+
+
+def _release_ref(pid: int, path: str, writable: bool, locator: Locator) -> None:
+    """Drop one reference; close the file when unused, reopen it read-only when writers are gone."""
+    if pid != os.getpid():
+        return
+    with _LOCK:
+        entry = _FILES.get((pid, path))
+        if entry is None:
+            return
+        if writable:
+            entry.writers -= 1
+        else:
+            entry.readers -= 1
+        if entry.readers + entry.writers <= 0:
+            del _FILES[(pid, path)]
+            entry.datasets.clear()
+            _close_quietly(entry.file)
+            entry.file = None
+        elif writable and entry.writers == 0 and entry.writable:
+            try:
+                _reopen(entry, False, locator)
+            except Exception:
+                pass
+
+
+def _release_collected(pid: int, path: str, writable: bool, locator: Locator) -> None:
+    """Finalizer of a garbage-collected handle: release now if that is safe, else queue it."""
+    if pid != os.getpid():
+        return
+    _DEFERRED.append((pid, path, writable, locator))
+    if _LOCK.try_enter():
+        _LOCK.__exit__(None, None, None)
+
+
+@contextmanager
+def _borrowed(path: str, writable: bool, locator: Locator) -> Iterator[_SharedFile]:
+    """The shared file at ``path`` for the duration of a block (holding ``_LOCK``)."""
+    with _LOCK:
+        entry = _acquire(path, writable, locator)
+        try:
+            yield entry
+        finally:
+            _release_ref(os.getpid(), path, writable, locator)
+
+
+def _next_prime(n: int) -> int:
+    n = max(2, n)
+    while any(n % d == 0 for d in range(2, math.isqrt(n) + 1)):
+        n += 1
+    return n
+
+
+def _chunk_cache(
+    shape: tuple[int, ...], chunks: tuple[int, ...], itemsize: int, page: tuple[int, ...]
+) -> tuple[int, int]:
+    """``(nslots, nbytes)`` of a chunk cache holding every chunk of the pages in flight."""
+    per_page = 1
+    for s, c, p in zip(shape, chunks, page):
+        # A page that is not a whole number of chunks can straddle one more.
+        along = -(-p // c) + (1 if p % c else 0)
+        per_page *= max(1, min(along, -(-s // c)))
+    chunk_bytes = max(1, math.prod(chunks) * itemsize)
+    nbytes = max(MIN_CHUNK_CACHE, PAGES_IN_FLIGHT * per_page * chunk_bytes)
+    nslots = _next_prime(min(MAX_CACHE_SLOTS, 100 * max(1, nbytes // chunk_bytes)))
+    return nslots, nbytes
+
+
+class _Handle:
+    """One store's reference to its shared file in one process (dropped when collected)."""
+
+    def __init__(self, path: str, writable: bool, locator: Locator, *, new: bool = False):
+        self.pid = os.getpid()
+        self.entry = _acquire(path, writable, locator, new=new)
+        self._ref = (self.pid, path, writable or new, locator)
+        self._finalizer = weakref.finalize(self, _release_collected, *self._ref)
+
+    def close(self) -> None:
+        """Release the reference now (call with ``_LOCK`` held)."""
+        if self._finalizer.detach() is not None:
+            _release_ref(*self._ref)
+
+    def abandon(self) -> None:
+        """Forget a handle inherited across fork without touching the parent's file."""
+        self._finalizer.detach()
+        _INHERITED.append(self)
+
+
+# ----------------------------------------------------------------------
+# Files, paths and metadata
+# ----------------------------------------------------------------------
+def _is_hdf5(path: str) -> bool:
+    try:
+        return bool(h5py.is_hdf5(path))
+    except OSError:
+        return False
+
+
+def _is_temp(name: str) -> bool:
+    return name.rsplit("/", 1)[-1].startswith(".") and _TEMP_MARK in name
+
+
+def _datasets(group: h5py.Group) -> list[str]:
+    """Names of the datasets under ``group`` (hidden temporaries left out)."""
+    found: list[str] = []
+
+    def visit(name: str, obj: Any) -> None:
+        if isinstance(obj, h5py.Dataset) and not _is_temp(obj.name):
+            found.append(obj.name)
+
+    try:
+        group.visititems(visit)
+    except Exception:
+        pass
+    return found
+
+
+def _listing(names: list[str]) -> str:
+    if not names:
+        return "none"
+    shown = ", ".join(names[:_LISTED])
+    return shown + (f" and {len(names) - _LISTED} more" if len(names) > _LISTED else "")
+
+
+def _lookup(file: h5py.File, name: str) -> Any:
+    """The object at ``name`` (following links), or ``None``."""
+    try:
+        return file.get(name)
+    except (KeyError, OSError, ValueError, TypeError):
+        return None
+
+
+def _require_dataset(file: h5py.File, locator: Locator) -> h5py.Dataset:
+    path, inner, url = locator.url, locator.path, locator.full_url
+    obj = _lookup(file, inner)
+    if obj is None:
+        raise NotFoundError(
+            f"no dataset {inner} in {path} ({url}); datasets in the file: "
+            f"{_listing(_datasets(file))}. Check the '#/inner/path' or create it with "
+            "oocarr.create",
+            url=url,
+        )
+    if isinstance(obj, h5py.Group):
+        raise InvalidUrlError(
+            f"{url} names a group, not a dataset; datasets under it: "
+            f"{_listing(_datasets(obj))}. Add the dataset's name to the '#/inner/path'",
+            url=url,
+        )
+    if not isinstance(obj, h5py.Dataset):
+        raise InvalidUrlError(
+            f"{url} names an HDF5 {type(obj).__name__}, not a dataset; point the "
+            "'#/inner/path' at a dataset",
+            url=url,
+        )
+    return obj
+
+
+def _dataset_dtype(dset: h5py.Dataset, locator: Locator) -> np.dtype:
+    url = locator.full_url
+    try:
+        raw = dset.dtype
+    except Exception as err:
+        raise UnsupportedDtypeError(
+            f"{url} has an HDF5 datatype h5py cannot map to NumPy ({err}); oocarr reads "
+            "bool, integer, float and complex datasets",
+            url=url,
+        ) from None
+    if raw.kind not in "biufc":
+        if h5py.check_string_dtype(raw) is not None:
+            what = "string"
+        elif raw.kind == "V" and raw.names is None:
+            what = f"opaque {raw.itemsize}-byte"
+            if raw.itemsize == 2:
+                # h5py writes ml_dtypes.bfloat16 as an untagged 2-byte opaque type.
+                what += " (bfloat16 written by h5py looks like this; bfloat16 is not supported)"
+        else:
+            what = f"{raw} ({raw.kind!r} kind)"
+        raise UnsupportedDtypeError(
+            f"{url} holds {what} data, which the hdf5 driver cannot use; it reads bool, "
+            "integer, float and complex datasets (read this one with h5py directly, and "
+            "keep bfloat16 arrays in Zarr or a raw memmap file)",
+            url=url,
+        )
+    return as_dtype(np.dtype(raw.str), url=url)
+
+
+def _filters(dset: h5py.Dataset) -> str | None:
+    """The dataset's compression in ``create``'s form (``"gzip:4"``, ``"lzf"``)."""
+    plist = dset.id.get_create_plist()
+    names = []
+    for i in range(plist.get_nfilters()):
+        code, _flags, values, name = plist.get_filter(i)
+        if code in (h5py.h5z.FILTER_SHUFFLE, h5py.h5z.FILTER_FLETCHER32):
+            continue
+        if code == h5py.h5z.FILTER_DEFLATE:
+            names.append(f"gzip:{values[0] if values else DEFAULT_GZIP_LEVEL}")
+        elif code == h5py.h5z.FILTER_LZF:
+            names.append("lzf")
+        else:
+            text = name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
+            names.append(text.split()[0].lower() if text.strip() else f"filter-{code}")
+    return "+".join(names) or None
+
+
+def _check_target(file: h5py.File, locator: Locator, overwrite: bool) -> None:
+    """Refuse a target whose path runs through a dataset or that names a group."""
+    url, inner = locator.full_url, locator.path
+    parts = inner.strip("/").split("/")
+    for i in range(1, len(parts)):
+        prefix = "/" + "/".join(parts[:i])
+        obj = _lookup(file, prefix)
+        if obj is not None and not isinstance(obj, h5py.Group):
+            raise InvalidUrlError(
+                f"cannot create {url}: {prefix} is a dataset, not a group", url=url
+            )
+    obj = _lookup(file, inner)
+    if isinstance(obj, h5py.Group):
+        raise InvalidUrlError(
+            f"cannot create {url}: {inner} is a group; name a dataset inside it", url=url
+        )
+    if obj is not None and not overwrite:
+        raise AlreadyExistsError(
+            f"an array already exists at {url}; pass overwrite=True to replace it", url=url
+        )
+
+
+def _publish(entry: _SharedFile, name: str, locator: Locator, overwrite: bool) -> None:
+    """Move dataset ``name`` of ``entry``'s file to ``locator.path``, replacing any old one."""
+    file = _ensure_file(entry, locator)
+    _check_target(file, locator, overwrite)
+    entry.forget(name)
+    entry.forget(locator.path)
+    if _lookup(file, locator.path) is not None:
+        del file[locator.path]
+    parent = locator.path.rsplit("/", 1)[0]
+    if parent:
+        file.require_group(parent)
+    file.move(name, locator.path)
+    file.flush()
+
+
+def _temp_name(locator: Locator) -> str:
+    """A hidden, unique dataset name at the file's root for writing before a move."""
+    base = locator.path.rsplit("/", 1)[-1]
+    return f"/.{base}{_TEMP_MARK}{os.getpid()}-{os.urandom(4).hex()}"
+
+
+# ----------------------------------------------------------------------
+# Attributes
+# ----------------------------------------------------------------------
+def _leaves(value: Any) -> Iterator[Any]:
+    if isinstance(value, list):
+        for v in value:
+            yield from _leaves(v)
+    else:
+        yield value
+
+
+def _native_list(value: list) -> np.ndarray | None:
+    """A list as an HDF5-native array when it is rectangular and of one scalar type."""
+    leaves = list(_leaves(value))
+    if not leaves:
+        return None
+    kinds = {type(v) for v in leaves}
+    if kinds == {bool}:
+        dtype: Any = np.bool_
+    elif kinds == {int}:
+        if not all(_INT64.min <= v <= _INT64.max for v in leaves):
+            return None
+        dtype = np.int64
+    elif kinds == {float}:
+        dtype = np.float64
+    elif kinds == {str}:
+        dtype = h5py.string_dtype()
+    else:
+        return None
+    try:
+        arr = np.array(value, dtype=dtype)
+    except (ValueError, TypeError, OverflowError):
+        return None
+    return arr if arr.size == len(leaves) else None
+
+
+def _encode_attr(value: Any) -> tuple[Any, bool]:
+    """``(stored value, stored as JSON)`` for one JSON-able attribute value."""
+    if isinstance(value, str):
+        return value, False
+    if isinstance(value, bool):
+        return np.bool_(value), False
+    if isinstance(value, int) and _INT64.min <= value <= _INT64.max:
+        return np.int64(value), False
+    if isinstance(value, float):
+        return np.float64(value), False
+    if isinstance(value, list):
+        arr = _native_list(value)
+        if arr is not None:
+            return arr, False
+    return json.dumps(value), True
+
+
+def _store_attrs(dset: h5py.Dataset, attrs: dict[str, Any], locator: Locator) -> None:
+    if JSON_ATTRS in attrs:
+        raise InvalidArgumentError(
+            f"the attribute name {JSON_ATTRS!r} is reserved by the HDF5 driver "
+            f"({locator.full_url}); rename it",
+            url=locator.full_url,
+        )
+    for name in list(dset.attrs):
+        del dset.attrs[name]
+    as_json = []
+    for name, value in attrs.items():
+        stored, is_json = _encode_attr(value)
+        dset.attrs[name] = stored
+        if is_json:
+            as_json.append(name)
+    if as_json:
+        dset.attrs[JSON_ATTRS] = np.array(as_json, dtype=h5py.string_dtype())
+
+
+def _load_attrs(dset: h5py.Dataset) -> dict[str, Any]:
+    attrs = dset.attrs
+    try:
+        marked = {str(n) for n in np.atleast_1d(attrs[JSON_ATTRS]).tolist()}
+    except Exception:
+        marked = set()
+    out: dict[str, Any] = {}
+    for name in attrs:
+        if name == JSON_ATTRS:
+            continue
+        try:
+            value = attrs[name]
+        except Exception as err:
+            out[name] = f"<unreadable HDF5 attribute: {err}>"
+            continue
+        if isinstance(value, h5py.Empty):
+            value = None
+        elif name in marked and isinstance(value, (str, bytes)):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                pass
+        try:
+            out[name] = _jsonable(name, value)
+        except OocarrError:
+            out[name] = str(value)
+    return out
+
+
+def _jsonable(name: str, value: Any) -> Any:
+    return jsonable_attrs({name: value})[name]
+
+
+# ----------------------------------------------------------------------
+# The driver
+# ----------------------------------------------------------------------
+class HDF5Array(BlockedArray):
+    """A dataset in a local HDF5 file, read and written through ``h5py``.
+
+    Examples
+    --------
+    >>> import h5py, numpy as np, tempfile, os, oocarr
+    >>> path = os.path.join(tempfile.mkdtemp(), "data.h5")
+    >>> with h5py.File(path, "w") as f:
+    ...     _ = f.create_dataset("g/x", data=np.arange(12.0).reshape(3, 4), chunks=(1, 4),
+    ...                          compression="gzip")
+    >>> store = oocarr.open(path + "#/g/x").store
+    >>> store.name, store.chunks, store.compression, store[2]
+    ('hdf5', (1, 4), 'gzip:4', array([ 8.,  9., 10., 11.]))
+    >>> store.close()
+    """
+
+    name = "hdf5"
+    suffixes = (".h5", ".hdf5")
+    compressions = frozenset({"gzip", "lzf"})
+    supports_out_buffer = True
+    supports_partial_chunk_writes = True
+    atomic_create = True
+    supports_attrs = True
+    supports_chunks = True
+
+    def __init__(
+        self,
+        locator: Locator,
+        shape,
+        dtype,
+        chunks,
+        *,
+        mode: str,
+        compression: str | None,
+        file_path: str | None = None,
+        dataset_name: str | None = None,
+        pending: bool = False,
+        overwrite: bool = False,
+    ) -> None:
+        super().__init__(locator, shape, dtype, chunks, mode=mode, pending=pending)
+        # Where the data is now: the target, or the temporary file / dataset while pending.
+        self._file_path = file_path or locator.url
+        self._dataset_name = dataset_name or locator.path
+        self._compression = compression
+        self._overwrite = overwrite
+        self._handle: _Handle | None = None
+
+    # -- locating ------------------------------------------------------
+    @classmethod
+    def locate(cls, container, inner, storage_options=None, driver_options=None) -> Locator:
+        url = container + (f"#{inner}" if inner else "")
+        if not is_local(container):
+            raise InvalidUrlError(
+                f"the hdf5 driver reads local files only, not {url!r}; copy the file locally "
+                "or store the array as Zarr and use the fsspec driver (a .zarr URL) for "
+                "remote storage",
+                url=url,
+            )
+        if storage_options:
+            raise InvalidArgumentError(
+                f"the hdf5 driver takes no storage_options (got {dict(storage_options)}) "
+                f"for {url}; it reads local files only",
+                url=url,
+            )
+        if driver_options:
+            raise InvalidArgumentError(
+                f"unknown hdf5 options {sorted(driver_options)} for {url}; the hdf5 driver "
+                "takes none",
+                url=url,
+            )
+        path = normalize_container(container)
+        if not inner:
+            raise InvalidUrlError(cls._missing_inner_message(path, url), url=url)
+        return Locator.make(cls.name, path, inner)
+
+    @classmethod
+    def _missing_inner_message(cls, path: str, url: str) -> str:
+        message = (
+            f"{url!r} names a file but no dataset in it; name a dataset: "
+            f"{os.path.basename(path)}#/x"
+        )
+        if os.path.isfile(path) and _is_hdf5(path):
+            loc = Locator.make(cls.name, path, "/")
+            try:
+                with _borrowed(path, False, loc) as entry:
+                    message += f"; datasets here: {_listing(_datasets(entry.file))}"
+            except OocarrError:
+                pass
+        return message
+
+    @classmethod
+    def supports_dtype(cls, dtype) -> bool:
+        return not is_bfloat16(dtype)
+
+    # -- opening -------------------------------------------------------
+    @classmethod
+    def _open(cls, locator: Locator, mode: str) -> HDF5Array:
+        path = locator.url
+        require_exists(os.path.isfile(path), locator, "file")
+        if not _is_hdf5(path):
+            raise corrupt(locator, "the file is not in HDF5 format")
+        with _borrowed(path, mode == "r+", locator) as entry:
+            dset = _require_dataset(entry.file, locator)
+            if dset.shape is None:
+                raise corrupt(locator, "the dataset has a null dataspace and holds no array")
+            dtype = _dataset_dtype(dset, locator)
+            return cls(
+                locator,
+                dset.shape,
+                dtype,
+                dset.chunks,
+                mode=mode,
+                compression=_filters(dset),
+            )
+
+    # -- creating --------------------------------------------------------
+    @classmethod
+    def _layout(
+        cls,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        chunks: tuple[int, ...] | None,
+        compression: Compression | None,
+        url: str,
+    ) -> dict[str, Any]:
+        """``create_dataset`` keywords for the storage layout."""
+        if not shape:
+            return {}  # HDF5 scalars are contiguous and unfiltered
+        if chunks is None:
+            chunks = cls.default_chunks(shape, dtype)
+        layout: dict[str, Any] = {"chunks": tuple(chunks)}
+        if any(c > s for c, s in zip(chunks, shape)):
+            # HDF5 takes a chunk longer than its axis only when the axis may grow.
+            layout["maxshape"] = tuple(None if c > s else s for c, s in zip(chunks, shape))
+        if compression is not None:
+            if compression.name == "gzip":
+                level = DEFAULT_GZIP_LEVEL if compression.level is None else compression.level
+                if not 0 <= level <= 9:
+                    raise UnsupportedCompressionError(
+                        f"gzip level {level} for {url} is outside 0-9; use e.g. 'gzip:4'",
+                        url=url,
+                    )
+                layout.update(compression="gzip", compression_opts=level)
+            else:
+                if compression.level is not None:
+                    raise UnsupportedCompressionError(
+                        f"lzf takes no level (got 'lzf:{compression.level}' for {url}); "
+                        "write 'lzf'",
+                        url=url,
+                    )
+                layout["compression"] = "lzf"
+        return layout
+
+    @classmethod
+    def _create(cls, locator, shape, dtype, chunks, compression, attrs, overwrite):
+        path, url = locator.url, locator.full_url
+        parent = os.path.dirname(path)
+        if not os.path.isdir(parent):
+            raise InvalidArgumentError(
+                f"cannot create {url}: directory {parent} does not exist; create it first",
+                url=url,
+            )
+        if JSON_ATTRS in attrs:
+            raise InvalidArgumentError(
+                f"the attribute name {JSON_ATTRS!r} is reserved by the HDF5 driver ({url}); "
+                "rename it",
+                url=url,
+            )
+        layout = cls._layout(shape, dtype, chunks, compression, url)
+        comp = None
+        if shape and "compression" in layout:
+            comp = "lzf" if layout["compression"] == "lzf" else f"gzip:{layout['compression_opts']}"
+        if os.path.exists(path):
+            if not os.path.isfile(path) or not _is_hdf5(path):
+                raise InvalidArgumentError(
+                    f"cannot create {url}: {path} exists and is not an HDF5 file; remove it "
+                    "or pick another file name",
+                    url=url,
+                )
+            file_path, name = path, _temp_name(locator)
+        else:
+            file_path, name = temp_sibling(path), locator.path
+        store = cls(
+            locator,
+            shape,
+            dtype,
+            layout.get("chunks"),
+            mode="r+",
+            compression=comp,
+            file_path=file_path,
+            dataset_name=name,
+            pending=True,
+            overwrite=overwrite,
+        )
+        with _LOCK:
+            handle = _Handle(file_path, True, locator, new=file_path != path)
+            try:
+                file = handle.entry.file
+                if file_path == path:
+                    _check_target(file, locator, overwrite)
+                dset = file.create_dataset(name, shape=shape, dtype=dtype, **layout)
+                _store_attrs(dset, attrs, locator)
+            except BaseException as err:
+                store._handle = handle
+                store._abort()
+                if isinstance(err, (ValueError, TypeError)) and not isinstance(err, OocarrError):
+                    raise InvalidArgumentError(f"cannot create {url}: {err}", url=url) from None
+                if isinstance(err, OSError) and not isinstance(err, OocarrError):
+                    raise WriteError(f"cannot create {url}: {err}", url=url) from err
+                raise
+            store._handle = handle
+        return store
+
+    @classmethod
+    def exists(cls, locator: Locator) -> bool:
+        path = locator.url
+        if not os.path.isfile(path) or not _is_hdf5(path):
+            return False
+        with _borrowed(path, False, locator) as entry:
+            return isinstance(_lookup(entry.file, locator.path), h5py.Dataset)
+
+    @classmethod
+    def delete(cls, locator: Locator) -> None:
+        path = locator.url
+        if not os.path.isfile(path):
+            return
+        if not _is_hdf5(path):
+            raise corrupt(locator, "the file is not in HDF5 format, so it holds no dataset")
+        with _borrowed(path, True, locator) as entry:
+            file = entry.file
+            obj = _lookup(file, locator.path)
+            if obj is None:
+                return
+            if not isinstance(obj, h5py.Dataset):
+                raise InvalidUrlError(
+                    f"{locator.full_url} is a group, not a dataset; oocarr deletes datasets "
+                    "only (use h5py to remove groups)",
+                    url=locator.full_url,
+                )
+            entry.forget(locator.path)
+            del file[locator.path]
+            file.flush()
+
+    # -- handles --------------------------------------------------------
+    def _cache_spec(self) -> tuple[int, int] | None:
+        if self._chunks is None:
+            return None
+        return _chunk_cache(self._shape, self._chunks, self.itemsize, self.page_shape)
+
+    def _own_handle(self) -> _Handle:
+        """This process's handle on the file (call with ``_LOCK`` held)."""
+        handle = self._handle
+        if handle is None or handle.pid != os.getpid():
+            if handle is not None:
+                handle.abandon()
+            self._handle = None
+            handle = self._handle = _Handle(self._file_path, not self.readonly, self._locator)
+        return handle
+
+    def _dataset(self) -> h5py.Dataset:
+        """This process's dataset handle (call with ``_LOCK`` held)."""
+        entry = self._own_handle().entry
+        dset = entry.dataset(self._dataset_name, self._cache_spec(), self._locator)
+        if dset.shape != self._shape or dset.dtype != self._dtype:
+            raise corrupt(
+                self._locator,
+                f"the dataset changed since it was opened (now shape {dset.shape}, dtype "
+                f"{dset.dtype}); open it again",
+            )
+        return dset
+
+    def _read(self, region, out) -> None:
+        with _LOCK:
+            dset = self._dataset()
+            try:
+                if self.ndim == 0:
+                    dset.read_direct(out)
+                else:
+                    dset.read_direct(out, source_sel=region)
+            except OSError as err:
+                raise corrupt(self._locator, f"reading {region} failed ({err})") from None
+
+    def _write(self, region, value) -> None:
+        with _LOCK:
+            dset = self._dataset()
+            try:
+                if self.ndim == 0:
+                    dset.write_direct(value)
+                else:
+                    dset.write_direct(value, dest_sel=region)
+            except OSError as err:
+                raise WriteError(f"writing {self.url} failed: {err}", url=self.url) from err
+
+    def _flush(self) -> None:
+        with _LOCK:
+            handle = self._handle
+            if handle is not None and handle.pid == os.getpid() and handle.entry.file:
+                try:
+                    handle.entry.file.flush()
+                except OSError as err:
+                    raise WriteError(f"flushing {self.url} failed: {err}", url=self.url) from err
+
+    def _release(self) -> None:
+        with _LOCK:
+            handle, self._handle = self._handle, None
+            if handle is not None:
+                if handle.pid == os.getpid():
+                    handle.close()
+                else:
+                    handle.abandon()
+
+    # -- commit and abort -------------------------------------------------
+    def _commit(self) -> None:
+        with _LOCK:
+            if self._file_path != self._locator.url:
+                self._commit_new_file()
+            elif self._dataset_name != self._locator.path:
+                self._commit_in_file()
+
+    def _commit_in_file(self) -> None:
+        try:
+            _publish(self._own_handle().entry, self._dataset_name, self._locator, self._overwrite)
+        except (AlreadyExistsError, InvalidUrlError):
+            self._abort()
+            raise
+        self._dataset_name = self._locator.path
+
+    def _commit_new_file(self) -> None:
+        locator, tmp = self._locator, self._file_path
+        self._release()
+        try:
+            # A hard link publishes the file only if nothing appeared at the target meanwhile.
+            os.link(tmp, locator.url)
+        except FileExistsError:
+            self._merge_into_existing(tmp)
+        except OSError:
+            if os.path.exists(locator.url):
+                self._merge_into_existing(tmp)
+            else:
+                os.replace(tmp, locator.url)
+        _remove(tmp)
+        self._file_path = locator.url
+
+    def _merge_into_existing(self, tmp: str) -> None:
+        """Copy the new dataset into a file that appeared at the target after ``create``."""
+        locator = self._locator
+        try:
+            if not _is_hdf5(locator.url):
+                raise InvalidArgumentError(
+                    f"cannot commit {locator.full_url}: a file that is not HDF5 appeared at "
+                    f"{locator.url} meanwhile; the new array was discarded",
+                    url=locator.full_url,
+                )
+            with _borrowed(locator.url, True, locator) as entry:
+                _check_target(entry.file, locator, self._overwrite)
+                name = _temp_name(locator)
+                with h5py.File(tmp, "r") as src:
+                    src.copy(src[locator.path], entry.file, name=name)
+                try:
+                    _publish(entry, name, locator, self._overwrite)
+                except BaseException:
+                    del entry.file[name]
+                    raise
+        except BaseException:
+            _remove(tmp)
+            raise
+
+    def _abort(self) -> None:
+        with _LOCK:
+            if self._file_path != self._locator.url:
+                self._release()
+                _remove(self._file_path)
+                return
+            if self._dataset_name == self._locator.path:
+                return
+            entry = self._own_handle().entry
+            entry.forget(self._dataset_name)
+            file = _ensure_file(entry, self._locator)
+            if _lookup(file, self._dataset_name) is not None:
+                del file[self._dataset_name]
+                file.flush()
+            self._release()
+
+    # -- attrs and sizes ------------------------------------------------
+    def _read_attrs(self) -> dict[str, Any]:
+        with _LOCK:
+            return _load_attrs(self._dataset())
+
+    def _write_attrs(self, attrs: dict[str, Any]) -> None:
+        with _LOCK:
+            _store_attrs(self._dataset(), attrs, self._locator)
+
+    def _stored_nbytes(self) -> int | None:
+        with _LOCK:
+            try:
+                return int(self._dataset().id.get_storage_size())
+            except OSError:
+                return None
+
+    @property
+    def compression(self) -> str | None:
+        """The dataset's compression in ``create``'s form (``"gzip:4"``, ``"lzf"``), or ``None``.
+
+        Filters other than gzip and lzf are named by their HDF5 filter name;
+        several are joined with ``+``.  Shuffle and checksums are not listed.
+        """
+        return self._compression
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass

@@ -34,17 +34,6 @@ import numpy as np
 from fsspec.archive import AbstractArchiveFileSystem
 from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
-from oocarr_drivers.zarr_codecs import LEVEL_RANGES, CodecPipeline, chunk_error
-from oocarr_drivers.zarr_meta import (
-    DATA_TYPES,
-    ArrayMeta,
-    KeyEncoding,
-    array_document,
-    group_document,
-    parse_array,
-    parse_document,
-    zarr_type_name,
-)
 
 from oocarr.errors import (
     AlreadyExistsError,
@@ -63,6 +52,17 @@ from oocarr.interface import (
     is_local,
     normalize_container,
     require_exists,
+)
+from oocarr_drivers.zarr_codecs import LEVEL_RANGES, CodecPipeline, chunk_error
+from oocarr_drivers.zarr_meta import (
+    DATA_TYPES,
+    ArrayMeta,
+    KeyEncoding,
+    array_document,
+    group_document,
+    parse_array,
+    parse_document,
+    zarr_type_name,
 )
 
 __all__ = ["ZarrArray"]

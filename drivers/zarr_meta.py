@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from oocarr_drivers.zarr_codecs import CodecPipeline, parse_codecs
 
 from oocarr.errors import InvalidStoreError
 from oocarr.interface import BFLOAT16, Locator, corrupt, is_bfloat16
+from oocarr_drivers.zarr_codecs import CodecPipeline, parse_codecs
 
 __all__ = [
     "DATA_TYPES",

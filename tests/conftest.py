@@ -91,9 +91,7 @@ class Backend:
         kwargs = dict(self.create_kwargs)
         if chunks is not None and self.chunked:
             kwargs["chunks"] = chunks
-        x = oocarr.save(data, url, attrs=attrs, **kwargs)
-        store = x.store
-        return store if mode == "r+" else type(store).open(store.locator, mode)
+        return oocarr.save(data, url, attrs=attrs, mode=mode, **kwargs).store
 
     def open_kwargs(self, data):
         return {k: v for k, v in self.create_kwargs.items() if k in ("driver", "storage_options")}

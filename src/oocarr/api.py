@@ -206,6 +206,7 @@ def save(
     driver: str | None = None,
     storage_options: Mapping[str, Any] | None = None,
     tile_bytes: int | None = None,
+    mode: str = "r",
     **driver_options: Any,
 ) -> DiskArray:
     """Copy any array to ``url`` one tile at a time; the result appears when complete.
@@ -222,11 +223,15 @@ def save(
         As for :func:`create`; ``attrs=None`` copies the source's attrs.
     tile_bytes : int, optional
         Bytes per copied tile (default :data:`oocarr.pages.DEFAULT_PAGE_BYTES`).
+    mode : {"r", "r+"}
+        How the returned array is opened: read-only by default, so it holds
+        no write lock (HDF5 lets other processes open a file only while no
+        process has it open for writing).
 
     Returns
     -------
     DiskArray
-        The new array, opened read-write.
+        The new array.
 
     Examples
     --------
@@ -256,7 +261,7 @@ def save(
     )
     with dst:
         copy_tiles(src, dst, tile_bytes or pages.DEFAULT_PAGE_BYTES)
-    return DiskArray(type(dst).open(dst.locator, "r+"))
+    return DiskArray(cls.open(dst.locator, mode))
 
 
 def copy_tiles(src: BlockedArray | np.ndarray, dst: BlockedArray, tile_bytes: int) -> None:
@@ -268,7 +273,7 @@ def copy_tiles(src: BlockedArray | np.ndarray, dst: BlockedArray, tile_bytes: in
     Examples
     --------
     >>> import numpy as np, oocarr
-    >>> dst = oocarr.from_numpy(np.zeros(5)).store
+    >>> dst = oocarr.from_numpy(np.zeros(5), mode="r+").store
     >>> copy_tiles(np.arange(5.0), dst, 16)
     >>> dst[:]
     array([0., 1., 2., 3., 4.])
@@ -303,7 +308,7 @@ def from_numpy(
         Where to store it; ``None`` writes a ``.npy`` file in scratch
         storage that is deleted when the returned array is garbage collected.
     **create_options
-        Passed to :func:`save` (``chunks``, ``compression``, ``attrs`` ...).
+        Passed to :func:`save` (``chunks``, ``compression``, ``attrs``, ``mode`` ...).
 
     Examples
     --------

@@ -659,7 +659,7 @@ class BlockedArray(abc.ABC):
         Examples
         --------
         >>> import numpy as np, oocarr
-        >>> s = oocarr.from_numpy(np.zeros((2, 3), dtype="f4")).store
+        >>> s = oocarr.from_numpy(np.zeros((2, 3), dtype="f4"), mode="r+").store
         >>> s.write_region((slice(0, 1), slice(0, 3)), np.ones((1, 3), "f4"))
         >>> s[0]
         array([1., 1., 1.], dtype=float32)
@@ -744,11 +744,17 @@ class BlockedArray(abc.ABC):
     def commit(self) -> None:
         """Make a created array visible at its URL; it stays open for reading and writing.
 
-        A no-op for arrays that were opened rather than created.
+        A no-op for arrays that were opened rather than created.  When the
+        commit itself fails, the new array is discarded and the URL keeps
+        what it held before.
         """
         if self._pending:
-            self._flush()
-            self._commit()
+            try:
+                self._flush()
+                self._commit()
+            except BaseException:
+                self.abort()
+                raise
             self._pending = False
 
     def abort(self) -> None:

@@ -24,6 +24,8 @@ __all__ = [
     "DtypeMismatchError",
     "BudgetTooSmallError",
     "MissingDependencyError",
+    "StorageBusyError",
+    "WriteError",
 ]
 
 
@@ -101,3 +103,11 @@ class BudgetTooSmallError(OocarrError, MemoryError):
 
 class MissingDependencyError(OocarrError, ImportError):
     """A driver needs a package that is not installed."""
+
+
+class StorageBusyError(OocarrError, BlockingIOError):
+    """The storage is locked by another process (e.g. an HDF5 file open for writing there)."""
+
+
+class WriteError(OocarrError, OSError):
+    """Storage failed while data was being written (disk full, permission lost, I/O error)."""

@@ -216,9 +216,14 @@ def test_bad_writes_are_refused_and_change_nothing(backend):
     same(store[:], data)
 
 
-def test_read_only_refuses_writes(backend):
+def _tree_digest(root) -> dict[str, bytes]:
+    return {str(p): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_read_only_refuses_writes(backend, tmp_path):
     data = sample((5, 3))
     store = backend.store(data, mode="r")
+    before = _tree_digest(tmp_path)
     assert store.readonly
     with pytest.raises(errors.ReadOnlyError, match="r\\+"):
         store[0] = 1.0
@@ -227,6 +232,8 @@ def test_read_only_refuses_writes(backend):
     with pytest.raises(errors.ReadOnlyError):
         store.update_attrs({"a": 1})
     same(oocarr.open(store.locator).store[:], data)
+    store.close()
+    assert _tree_digest(tmp_path) == before
 
 
 def test_create_over_existing_needs_overwrite(backend):

@@ -1,0 +1,49 @@
+"""``save`` copies one tile at a time: peak memory stays near one tile, whatever the array size."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+SCRIPT = textwrap.dedent(
+    """
+    import json, resource, sys
+    import h5py, numpy as np
+    import oocarr
+
+    src, dst = sys.argv[1], sys.argv[2]
+    rows, cols = 250_000, 128                       # 128 MB of float32
+    with h5py.File(src, "w") as f:
+        ds = f.create_dataset("x", (rows, cols), "f4", chunks=(2048, cols))
+        for start in range(0, rows, 8192):
+            ds[start:start + 8192] = np.full((min(8192, rows - start), cols), start, "f4")
+    oocarr.save(np.zeros((4, 4), "f4"), dst + "/warmup.zarr")   # import and warm every path
+    baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    out = oocarr.save(oocarr.open(src + "#/x"), dst + "/copy.zarr", tile_bytes=8 * 2**20)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    first = out.store[0, 0]
+    last = out.store[rows - 1, cols - 1]
+    print(json.dumps({"baseline": baseline, "peak": peak, "nbytes": out.nbytes,
+                      "first": float(first), "last": float(last)}))
+    """
+)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="ru_maxrss is in KiB on Linux only")
+def test_save_peak_memory_is_about_one_tile(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(tmp_path / "src.h5"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["first"] == 0.0 and report["last"] == float((250_000 - 1) // 8192 * 8192)
+    growth = report["peak"] - report["baseline"]
+    print(f"peak RSS growth {growth / 2**20:.1f} MiB copying {report['nbytes'] / 2**20:.0f} MiB")
+    # one 8 MiB tile read plus its encoded chunks and the HDF5 chunk cache, far below 128 MB
+    assert growth < 64 * 2**20, f"peak grew by {growth / 2**20:.0f} MiB copying 128 MB"

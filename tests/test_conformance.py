@@ -28,10 +28,14 @@ DTYPES = [
     "int32",
     "int64",
     "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
     "float16",
     "float32",
     "float64",
     "complex64",
+    "complex128",
     "bfloat16",
 ]
 

@@ -14,8 +14,12 @@ from importlib.metadata import PackageNotFoundError, version
 from . import errors
 from .api import create, from_numpy, open, resolve, save, to_numpy
 from .blocked import BlockedArray
+from .config import config, memory_budget, set_memory_budget
 from .disk_array import DiskArray
+from .functions import *  # noqa: F403
+from .functions import __all__ as _function_names
 from .locator import Locator
+from .make_op import make_op
 from .registry import available_drivers, get_driver
 from .scratch import scratch_dir, set_scratch_dir
 
@@ -25,6 +29,11 @@ except PackageNotFoundError:  # running from a source tree that was never instal
     __version__ = "0+unknown"
 
 __all__ = [
+    *_function_names,
+    "config",
+    "make_op",
+    "memory_budget",
+    "set_memory_budget",
     "BlockedArray",
     "DiskArray",
     "Locator",

@@ -1,22 +1,36 @@
-"""``DiskArray``: the user-facing handle on one stored array.
+"""``DiskArray``: a stored array that is also a JAX value, and its hijax type.
 
-This layer holds the storage side only: the handle wraps a
-:class:`~oocarr.blocked.BlockedArray` (``.store``), converts to NumPy and
-describes itself.  The JAX integration builds on this class.
+Under ``jax.jit`` and ``jax.grad`` a ``DiskArray`` travels as its type,
+:class:`DiskArrayType`, which carries the array's shape, dtype and
+locator; its only traced (lowered) value is a scalar *marker*.  Ops run
+their tiled loops inside ``io_callback``s that take the markers of their
+inputs and return the marker of their output, so XLA orders the
+callbacks by their data dependencies while the data itself stays in
+storage.  A call outside any transformation runs the loop directly.
 """
 
 from __future__ import annotations
 
+import hashlib
 import weakref
+from dataclasses import dataclass
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
+from jax._src import core as jax_core
+from jax.experimental.hijax import HiType, ShapedArray, register_hitype
 
+from . import registry
 from .blocked import BlockedArray
 from .dtypes import dtype_name
 from .locator import Locator
+from .scratch import scratch_dir
 
-__all__ = ["DiskArray"]
+__all__ = ["DiskArray", "DiskArrayType", "MARKER_DTYPE", "grad_locator", "is_disk"]
+
+#: dtype of the scalar marker a DiskArray lowers to under tracing.
+MARKER_DTYPE = np.dtype("float32")
 
 
 def _delete_owned(driver: type[BlockedArray], locator: Locator) -> None:
@@ -26,13 +40,88 @@ def _delete_owned(driver: type[BlockedArray], locator: Locator) -> None:
         pass
 
 
-class DiskArray:
-    """An array that lives in storage.
+def grad_locator(locator: Locator) -> Locator:
+    """Where the gradient of the array at ``locator`` is written: a scratch ``.npy`` file whose
+    name is derived from the locator, so a jitted training step compiles once.
 
-    Made by :func:`oocarr.open`, :func:`oocarr.create`,
-    :func:`oocarr.from_numpy` and :func:`oocarr.save`, never directly.
-    ``np.asarray(x)`` reads it whole; ``x.store`` is the page store for
-    region and block I/O (``x.store[0:10]``, ``x.store[0:10] = values``).
+    Examples
+    --------
+    >>> loc = Locator.make("hdf5", "/data/a.h5", "/x")
+    >>> grad_locator(loc) == grad_locator(loc), grad_locator(loc).driver
+    (True, 'memmap')
+    """
+    digest = hashlib.sha256(locator.to_json().encode()).hexdigest()[:24]
+    return Locator.make("memmap", f"{scratch_dir()}/grad-{digest}.npy")
+
+
+@dataclass(frozen=True)
+class DiskArrayType(HiType):
+    """The hijax type of a :class:`DiskArray`: shape, dtype and locator.
+
+    A gradient's type is the *tangent* type of its primal: same shape and
+    dtype, at :func:`grad_locator` of the primal's locator.
+    """
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    locator: Locator
+    tangent: bool = False
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def str_short(self, short_dtypes: bool = False, **_: Any) -> str:
+        return f"DiskArray[{dtype_name(self.dtype)}{list(self.shape)} @ {self.locator.full_url}]"
+
+    # lowering: a DiskArray is one scalar marker in the lojax program
+    def lo_ty(self) -> list[ShapedArray]:
+        return [ShapedArray((), MARKER_DTYPE)]
+
+    def lower_val(self, hi_val: DiskArray) -> list[Any]:
+        marker = hi_val._marker
+        return [jnp.zeros((), MARKER_DTYPE) if marker is None else marker]
+
+    def raise_val(self, marker: Any) -> DiskArray:
+        return DiskArray._at(self.locator, self.shape, self.dtype, marker, tangent=self.tangent)
+
+    # autodiff
+    def to_tangent_aval(self) -> DiskArrayType:
+        if self.tangent:
+            return self
+        return DiskArrayType(self.shape, self.dtype, grad_locator(self.locator), True)
+
+    def vspace_zero(self) -> DiskArray:
+        from .make_op import zeros_at
+
+        return zeros_at(self)
+
+    def vspace_add(self, x: Any, y: Any) -> DiskArray:
+        from .make_op import add_into
+
+        return add_into(self, x, y)
+
+    def normalize(self) -> DiskArrayType:
+        return self
+
+
+def is_disk(x: Any) -> bool:
+    """True for a ``DiskArray`` or a tracer whose type is :class:`DiskArrayType`."""
+    if isinstance(x, DiskArray):
+        return True
+    return isinstance(x, jax_core.Tracer) and isinstance(jax_core.typeof(x), DiskArrayType)
+
+
+class DiskArray:
+    """An array that lives in storage and behaves as a JAX value.
+
+    Made by :func:`oocarr.open`, :func:`oocarr.create`, :func:`oocarr.from_numpy`,
+    :func:`oocarr.save` and by oocarr ops, never directly.  ``np.asarray(x)``
+    reads it whole; ``x.store`` is the page store for region and block I/O.
 
     Examples
     --------
@@ -42,81 +131,129 @@ class DiskArray:
     ((2, 3), dtype('float64'), np.float64(5.0))
     """
 
+    __array_priority__ = 100
+
     def __init__(self, store: BlockedArray, *, owned: bool = False) -> None:
-        self._store = store
-        self._finalizer = (
-            weakref.finalize(self, _delete_owned, type(store), store.locator) if owned else None
-        )
+        self._store: BlockedArray | None = store
+        self._locator = store.locator
+        self._shape = store.shape
+        self._dtype = store.dtype
+        self._marker: Any = None
+        self._tangent = False
+        self._finalizer = None
+        if owned:
+            self._own()
+
+    @classmethod
+    def _at(
+        cls,
+        locator: Locator,
+        shape: tuple[int, ...],
+        dtype: Any,
+        marker: Any = None,
+        *,
+        tangent: bool = False,
+    ) -> DiskArray:
+        """A handle on the array at ``locator``, opened on first use."""
+        self = object.__new__(cls)
+        self._tangent = tangent
+        self._store = None
+        self._locator = locator
+        self._shape = tuple(shape)
+        self._dtype = np.dtype(dtype)
+        self._marker = marker
+        self._finalizer = None
+        return self
+
+    def _own(self) -> DiskArray:
+        """Delete the storage when this handle is garbage collected."""
+        driver = registry.get_driver(self._locator.driver)
+        self._finalizer = weakref.finalize(self, _delete_owned, driver, self._locator)
+        return self
+
+    @property
+    def aval(self) -> DiskArrayType:
+        """This array's hijax type."""
+        return DiskArrayType(self._shape, self._dtype, self._locator, self._tangent)
 
     @property
     def store(self) -> BlockedArray:
         """The :class:`~oocarr.blocked.BlockedArray` holding the data."""
+        if self._store is None:
+            self._store = registry.get_driver(self._locator.driver).open(self._locator, "r")
         return self._store
 
     @property
     def locator(self) -> Locator:
         """The address that reopens this array in any process."""
-        return self._store.locator
+        return self._locator
 
     @property
     def url(self) -> str:
         """``container#/inner`` form of the locator."""
-        return self._store.url
+        return self._locator.full_url
 
     @property
     def shape(self) -> tuple[int, ...]:
         """The array's shape."""
-        return self._store.shape
+        return self._shape
 
     @property
     def dtype(self) -> np.dtype:
         """The array's dtype."""
-        return self._store.dtype
+        return self._dtype
 
     @property
     def ndim(self) -> int:
         """Number of axes."""
-        return self._store.ndim
+        return len(self._shape)
 
     @property
     def size(self) -> int:
         """Number of elements."""
-        return self._store.size
+        return int(np.prod(self._shape, dtype=np.int64))
 
     @property
     def nbytes(self) -> int:
         """Logical size in bytes."""
-        return self._store.nbytes
+        return self.size * self._dtype.itemsize
 
     @property
     def chunks(self) -> tuple[int, ...] | None:
         """The storage's chunk shape (``None``: contiguous)."""
-        return self._store.chunks
+        return self.store.chunks
 
     @property
     def attrs(self) -> dict[str, Any]:
         """A copy of the stored attributes."""
-        return self._store.attrs
+        return self.store.attrs
 
     def info(self) -> dict[str, Any]:
         """The store's JSON-able description (see :meth:`BlockedArray.info`)."""
-        return self._store.info()
+        return self.store.info()
 
     def close(self) -> None:
         """Commit a created array and release its handles."""
-        self._store.close()
+        if self._store is not None:
+            self._store.close()
 
     def __enter__(self) -> DiskArray:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self._store.__exit__(exc_type, exc, tb)
+        if self._store is not None:
+            self._store.__exit__(exc_type, exc, tb)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
-        return self._store.__array__(dtype)
+        return self.store.__array__(dtype)
 
     def __len__(self) -> int:
-        return len(self._store)
+        if not self._shape:
+            raise TypeError("len() of a 0-d array")
+        return self._shape[0]
 
     def __repr__(self) -> str:
         return f"DiskArray({self.url!r}, shape={self.shape}, dtype={dtype_name(self.dtype)})"
+
+
+register_hitype(DiskArray, lambda x: x.aval)

@@ -1,0 +1,137 @@
+"""The public op functions and the operators of ``DiskArray``, built with :func:`make_op`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jax._src import core as jax_core
+
+from .disk_array import DiskArray, DiskArrayType
+from .make_op import make_op
+from .ops.elementwise import BINARY, UNARY
+from .ops.matmul import Matmul
+from .ops.reductions import Mean, Sum
+from .ops.transpose import Transpose
+
+__all__ = [*UNARY, *BINARY, "sum", "mean", "matmul", "transpose"]
+
+
+def _elementwise_doc(name: str, arity: int) -> str:
+    args = "x" if arity == 1 else "x1, x2"
+    return f"""Elementwise ``{name}`` of stored or in-memory arrays, streamed tile by tile.
+
+    Follows ``jax.numpy.{name}`` (NumPy broadcasting); differentiable.
+
+    Parameters
+    ----------
+    {args} : DiskArray, array-like or scalar
+
+    Returns
+    -------
+    DiskArray
+        In scratch storage (a 0-d result is a ``jax.Array``).
+
+    Examples
+    --------
+    >>> import numpy as np, oocarr
+    >>> x = oocarr.from_numpy(np.array([1.0, 4.0], "f4"))
+    >>> np.asarray(oocarr.{name}({", ".join(["x"] * arity)})).shape
+    (2,)
+    """
+
+
+_globals = globals()
+for _name, _cls in UNARY.items():
+    _globals[_name] = make_op(_cls, doc=_elementwise_doc(_name, 1))
+for _name, _cls in BINARY.items():
+    _globals[_name] = make_op(_cls, doc=_elementwise_doc(_name, 2))
+
+_sum = make_op(Sum)
+_mean = make_op(Mean)
+
+
+def sum(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Any:  # noqa: A001
+    """Sum over ``axis`` (all axes by default), streaming the input tile by tile.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarr
+    >>> float(oocarr.sum(oocarr.from_numpy(np.arange(5.0, dtype="f4"))))
+    10.0
+    """
+    return _sum(x, axis=axis, keepdims=keepdims)
+
+
+def mean(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Any:
+    """Mean over ``axis`` (all axes by default), streaming the input tile by tile.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarr
+    >>> float(oocarr.mean(oocarr.from_numpy(np.arange(5.0, dtype="f4"))))
+    2.0
+    """
+    return _mean(x, axis=axis, keepdims=keepdims)
+
+
+matmul = make_op(
+    Matmul,
+    doc="""Matrix product of 2-d arrays, stored or in memory, tile by tile.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarr
+    >>> a = oocarr.from_numpy(np.eye(3, dtype="f4"))
+    >>> np.asarray(oocarr.matmul(a, np.ones((3, 2), "f4")))[0]
+    array([1., 1.], dtype=float32)
+    """,
+)
+
+
+_transpose = make_op(Transpose)
+
+
+def transpose(x: Any, axes: tuple[int, ...] | None = None) -> Any:
+    """Permute the axes (reverse them by default), tile by tile.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarr
+    >>> oocarr.transpose(oocarr.from_numpy(np.zeros((2, 3, 4))), (1, 0, 2)).shape
+    (3, 2, 4)
+    """
+    return _transpose(x, axes=None if axes is None else tuple(axes))
+
+
+def _swap(fn):
+    return lambda x, y: fn(y, x)
+
+
+_OPERATORS = {
+    "add": _globals["add"],
+    "radd": _swap(_globals["add"]),
+    "sub": _globals["subtract"],
+    "rsub": _swap(_globals["subtract"]),
+    "mul": _globals["multiply"],
+    "rmul": _swap(_globals["multiply"]),
+    "truediv": _globals["divide"],
+    "rtruediv": _swap(_globals["divide"]),
+    "matmul": matmul,
+    "rmatmul": _swap(matmul),
+    "pow": _globals["power"],
+    "neg": _globals["negative"],
+}
+
+
+def _install_operators() -> None:
+    for name, fn in _OPERATORS.items():
+        setattr(DiskArray, f"__{name}__", lambda self, *a, _fn=fn: _fn(self, *a))
+        setattr(DiskArrayType, f"_{name}", staticmethod(fn))
+    for name, fn in {"sum": sum, "mean": mean, "transpose": transpose}.items():
+        setattr(DiskArray, name, fn)
+        setattr(DiskArrayType, name, jax_core.aval_method(fn))
+    DiskArray.T = property(transpose)
+    DiskArrayType.T = jax_core.aval_property(transpose)
+
+
+_install_operators()

@@ -1,0 +1,323 @@
+"""``make_op``: turn a block-level op into a differentiable function on ``DiskArray``s.
+
+Each call builds a forward hijax primitive whose output type carries the
+output's locator; its reverse-mode rule binds a separate backward
+primitive whose outputs are typed at the inputs' gradient locators.  Both
+expand to the engine's loop: run directly when nothing is traced, or
+inside an ``io_callback`` that takes the inputs' markers (so XLA orders it
+after whatever wrote them) and returns the output's marker.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax._src import core as jax_core
+from jax._src.interpreters import ad as jax_ad
+from jax.experimental import io_callback
+from jax.experimental.hijax import ShapedArray, VJPHiPrimitive, Zero
+
+from . import registry
+from .blocked import BlockedArray
+from .disk_array import MARKER_DTYPE, DiskArray, DiskArrayType, is_disk
+from .engine import OOCAlgorithm, Operand
+from .locator import Locator
+from .ops.base import BlockParallelOp
+from .scratch import scratch_path
+
+__all__ = ["make_op", "add_into", "zeros_at"]
+
+
+@functools.lru_cache(maxsize=1024)
+def _op_instance(op_class: type, shapes: tuple, params: tuple) -> BlockParallelOp:
+    return op_class(*shapes, **dict(params))
+
+
+def _freeze_params(params: dict[str, Any]) -> tuple:
+    def freeze(v):
+        return tuple(freeze(x) for x in v) if isinstance(v, list) else v
+
+    return tuple(sorted((k, freeze(v)) for k, v in params.items()))
+
+
+def _scratch_locator() -> Locator:
+    return Locator.make("memmap", scratch_path(".npy"))
+
+
+def _is_traced(values: Sequence[Any]) -> bool:
+    return any(isinstance(v, jax_core.Tracer) for v in values)
+
+
+def _open(locator: Locator, mode: str = "r") -> BlockedArray:
+    return registry.get_driver(locator.driver).open(locator, mode)
+
+
+def _create(locator: Locator, shape, dtype) -> BlockedArray:
+    return registry.get_driver(locator.driver).create(locator, shape, dtype, overwrite=True)
+
+
+def _lo(x: Any) -> Any:
+    """What an argument contributes to the callback: a marker, or the in-memory value."""
+    if isinstance(x, DiskArray):
+        return jnp.zeros((), MARKER_DTYPE) if x._marker is None else x._marker
+    return x
+
+
+def _operands(avals: Sequence[Any], values: Sequence[Any]) -> list[Operand]:
+    return [
+        Operand(_open(a.locator)) if isinstance(a, DiskArrayType) else Operand(np.asarray(v))
+        for a, v in zip(avals, values)
+    ]
+
+
+class Forward(VJPHiPrimitive):
+    """One call of an op: inputs of any kind, output a ``DiskArray`` (or a 0-d array)."""
+
+    def __init__(self, op: BlockParallelOp, in_avals: tuple, out_aval: Any = None) -> None:
+        self.op = op
+        self.in_avals = in_avals
+        if out_aval is None:
+            structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in in_avals]
+            dtype = jax.eval_shape(op.forward_block, *structs).dtype
+            shape = op.output_shape
+            out_aval = (
+                ShapedArray(shape, dtype)
+                if shape == ()
+                else DiskArrayType(shape, np.dtype(dtype), _scratch_locator())
+            )
+        self.out_aval = out_aval
+        self.params = {"op_key": op.key, "out_type": out_aval}
+        super().__init__()
+
+    @property
+    def stored_output(self) -> bool:
+        return isinstance(self.out_aval, DiskArrayType)
+
+    def expand(self, *args: Any) -> Any:
+        los = [_lo(x) for x in args]
+        in_avals, out_aval, op = self.in_avals, self.out_aval, self.op
+
+        def run(*values: Any) -> Any:
+            operands = _operands(in_avals, values)
+            algo = OOCAlgorithm(op)
+            if not isinstance(out_aval, DiskArrayType):
+                return np.asarray(algo.forward(operands), dtype=out_aval.dtype)
+            with _create(out_aval.locator, out_aval.shape, out_aval.dtype) as out:
+                algo.forward(operands, out)
+            return np.zeros((), MARKER_DTYPE)
+
+        if not _is_traced(los):
+            result = run(*los)
+            if not self.stored_output:
+                return jnp.asarray(result)
+            out = DiskArray._at(
+                out_aval.locator, out_aval.shape, out_aval.dtype, tangent=out_aval.tangent
+            )
+            return out if out_aval.tangent else out._own()
+        shape = (
+            jax.ShapeDtypeStruct((), MARKER_DTYPE)
+            if self.stored_output
+            else jax.ShapeDtypeStruct(out_aval.shape, out_aval.dtype)
+        )
+        marker = io_callback(run, shape, *los)
+        if not self.stored_output:
+            return marker
+        return DiskArray._at(
+            out_aval.locator, out_aval.shape, out_aval.dtype, marker, tangent=out_aval.tangent
+        )
+
+    def vjp_fwd(self, nzs_in: Any, *args: Any) -> tuple[Any, Any]:
+        return self(*args), args
+
+    def vjp_bwd(self, res: tuple, g: Any, *accums: Any) -> None:
+        if isinstance(g, Zero):
+            return
+        needed = [not isinstance(a, jax_ad.NullAccum) for a in accums]
+        seen: dict[int, int] = {}
+        owner = []
+        for i, acc in enumerate(accums):
+            owner.append(seen.setdefault(id(acc), i) if needed[i] else None)
+        existing = []
+        for i, acc in enumerate(accums):
+            val = getattr(acc, "val", None) if owner[i] == i else None
+            stored = isinstance(self.in_avals[i], DiskArrayType)
+            if stored and isinstance(val, DiskArray | jax_core.Tracer):
+                existing.append((i, val))
+        bwd = Backward(self, jax.typeof(g), tuple(owner), tuple(i for i, _ in existing))
+        outs = bwd(*res, g, *(v for _, v in existing))
+        has_existing = {i for i, _ in existing}
+        for i, acc in enumerate(accums):
+            if owner[i] != i:
+                continue
+            if i in has_existing:
+                acc.val = outs[i]
+            else:
+                acc.accum(outs[i])
+
+
+class Backward(VJPHiPrimitive):
+    """The gradient of one ``Forward`` call, written at each input's gradient location.
+
+    ``owner[i]`` is the input position whose gradient input ``i`` adds to
+    (the same array passed twice shares one), or ``None`` when input ``i``
+    needs no gradient; ``existing`` lists the positions whose gradient
+    already holds earlier contributions, passed as extra inputs and added to
+    in place.
+    """
+
+    def __init__(self, fwd: Forward, g_aval: Any, owner: tuple, existing: tuple) -> None:
+        self.fwd = fwd
+        self.owner = owner
+        self.existing = existing
+        self.in_avals = (
+            *fwd.in_avals,
+            g_aval,
+            *(fwd.in_avals[i].to_tangent_aval() for i in existing),
+        )
+        self.out_aval = tuple(
+            a.to_tangent_aval() if o is not None else ShapedArray((), MARKER_DTYPE)
+            for a, o in zip(fwd.in_avals, owner)
+        )
+        self.params = {"fwd": fwd, "owner": owner, "existing": existing}
+        super().__init__()
+
+    def expand(self, *args: Any) -> tuple:
+        n = len(self.fwd.in_avals)
+        inputs, g = args[:n], args[n]
+        los = [_lo(x) for x in (*inputs, g, *args[n + 1 :])]
+        fwd, owner, existing = self.fwd, self.owner, set(self.existing)
+        in_avals, out_avals = fwd.in_avals, self.out_aval
+        g_aval = self.in_avals[n]
+
+        def run(*values: Any) -> tuple:
+            operands = _operands(in_avals, values[:n])
+            g_operand = (
+                Operand(_open(g_aval.locator))
+                if isinstance(g_aval, DiskArrayType)
+                else Operand(np.asarray(values[n]))
+            )
+            targets: list[Any] = [None] * n
+            pending = []
+            for i in range(n):
+                if owner[i] is None:
+                    continue
+                if owner[i] != i:
+                    targets[i] = targets[owner[i]]
+                    continue
+                ct = out_avals[i]
+                if isinstance(ct, DiskArrayType):
+                    if i in existing:
+                        targets[i] = _open(ct.locator, "r+")
+                    else:
+                        targets[i] = _create(ct.locator, ct.shape, ct.dtype)
+                        pending.append(targets[i])
+                else:
+                    targets[i] = np.zeros(ct.shape, ct.dtype)
+            try:
+                OOCAlgorithm(fwd.op).backward(operands, g_operand, targets)
+            except BaseException:
+                for store in pending:
+                    store.abort()
+                raise
+            results = []
+            for i, ct in enumerate(out_avals):
+                target = targets[i]
+                if isinstance(target, BlockedArray):
+                    target.close()
+                    results.append(np.zeros((), MARKER_DTYPE))
+                elif target is None:
+                    results.append(np.zeros((), MARKER_DTYPE))
+                else:
+                    results.append(np.asarray(target, dtype=ct.dtype))
+            return tuple(results)
+
+        def wrap(i: int, value: Any) -> Any:
+            ct = out_avals[i]
+            if not isinstance(ct, DiskArrayType):
+                return value
+            return DiskArray._at(
+                ct.locator, ct.shape, ct.dtype, value if traced else None, tangent=ct.tangent
+            )
+
+        traced = _is_traced(los)
+        if traced:
+            shapes = tuple(
+                jax.ShapeDtypeStruct((), MARKER_DTYPE)
+                if isinstance(ct, DiskArrayType)
+                else jax.ShapeDtypeStruct(ct.shape, ct.dtype)
+                for ct in out_avals
+            )
+            results = io_callback(run, shapes, *los)
+        else:
+            results = tuple(jnp.asarray(r) for r in run(*los))
+        return tuple(wrap(i, r) for i, r in enumerate(results))
+
+    def vjp_fwd(self, nzs_in: Any, *args: Any) -> Any:
+        raise NotImplementedError(
+            "second-order gradients of oocarr ops are not supported; differentiate once, "
+            "or materialize the inputs (oocarr.materialize) to use jax.numpy"
+        )
+
+
+def _as_argument(x: Any) -> Any:
+    if is_disk(x) or isinstance(x, jax_core.Tracer | jax.Array):
+        return x
+    return jnp.asarray(x)
+
+
+def make_op(op_class: type[BlockParallelOp], doc: str | None = None) -> Callable[..., Any]:
+    """Return the public, differentiable function of a block-level op.
+
+    Parameters
+    ----------
+    op_class : type
+        A :class:`~oocarr.ops.base.BlockParallelOp` subclass.
+    doc : str, optional
+        The returned function's docstring.
+
+    Returns
+    -------
+    callable
+        ``fn(*arrays, **params)``: arrays may be ``DiskArray``s, JAX or NumPy
+        arrays, or scalars; works eagerly and under ``jax.jit``/``jax.grad``.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarr
+    >>> from oocarr.ops.elementwise import BINARY
+    >>> add = make_op(BINARY["add"])
+    >>> np.asarray(add(oocarr.from_numpy(np.ones(3, "f4")), 2.0))
+    array([3., 3., 3.], dtype=float32)
+    """
+
+    def public_fn(*args: Any, **params: Any) -> Any:
+        args = tuple(_as_argument(a) for a in args)
+        avals = tuple(jax.typeof(a) for a in args)
+        op = _op_instance(op_class, tuple(a.shape for a in avals), _freeze_params(params))
+        return Forward(op, avals)(*args)
+
+    public_fn.__name__ = getattr(op_class, "name", op_class.__name__)
+    public_fn.__qualname__ = public_fn.__name__
+    public_fn.__doc__ = doc
+    return public_fn
+
+
+def zeros_at(aval: DiskArrayType) -> DiskArray:
+    """A ``DiskArray`` of zeros at ``aval``'s locator (the zero of a gradient type)."""
+    with _create(aval.locator, aval.shape, aval.dtype):
+        pass
+    return DiskArray._at(aval.locator, aval.shape, aval.dtype, tangent=aval.tangent)
+
+
+def add_into(aval: DiskArrayType, x: Any, y: Any) -> DiskArray:
+    """``x + y`` written at ``aval``'s locator (how JAX adds two gradients)."""
+    from .ops.elementwise import BINARY
+
+    avals = (jax.typeof(x), jax.typeof(y))
+    op = _op_instance(BINARY["add"], tuple(a.shape for a in avals), ())
+    return Forward(op, avals, out_aval=aval)(x, y)

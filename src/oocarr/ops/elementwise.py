@@ -1,0 +1,85 @@
+"""Elementwise ops with NumPy broadcasting: each output tile reads the matching input tiles."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .base import BlockParallelOp, Plan, Region
+
+__all__ = ["Elementwise", "UNARY", "BINARY", "Where"]
+
+
+def broadcast_region(out_region: Region, in_shape: tuple[int, ...]) -> Region:
+    """The region of an input of ``in_shape`` broadcast against an output tile."""
+    offset = len(out_region) - len(in_shape)
+    return tuple(
+        slice(0, 1) if n == 1 else out_region[axis + offset] for axis, n in enumerate(in_shape)
+    )
+
+
+class Elementwise(BlockParallelOp):
+    """Base of the elementwise ops: output tile ``i`` needs tile ``i`` of each input."""
+
+    residency = 4
+    pad_mode = "edge"
+    fn = staticmethod(jnp.add)
+
+    def compute_output_shape(self) -> tuple[int, ...]:
+        return tuple(np.broadcast_shapes(*self.in_shapes))
+
+    def index_map(self, out_region: Region, plan: Plan) -> Iterator[tuple[Region, ...]]:
+        yield tuple(broadcast_region(out_region, s) for s in self.in_shapes)
+
+    def forward_block(self, *blocks: jax.Array) -> jax.Array:
+        return type(self).fn(*blocks)
+
+    def min_tile_elems(self) -> int:
+        return 1
+
+
+def _op(name: str, fn) -> type[Elementwise]:
+    return type(
+        name.title().replace("_", ""), (Elementwise,), {"name": name, "fn": staticmethod(fn)}
+    )
+
+
+def _relu(x):
+    return jnp.maximum(x, 0)
+
+
+UNARY = {
+    name: _op(name, fn)
+    for name, fn in {
+        "negative": jnp.negative,
+        "exp": jnp.exp,
+        "log": jnp.log,
+        "log1p": jnp.log1p,
+        "tanh": jnp.tanh,
+        "sigmoid": jax.nn.sigmoid,
+        "relu": _relu,
+        "softplus": jax.nn.softplus,
+        "square": jnp.square,
+        "sqrt": jnp.sqrt,
+        "abs": jnp.abs,
+    }.items()
+}
+
+BINARY = {
+    name: _op(name, fn)
+    for name, fn in {
+        "add": jnp.add,
+        "subtract": jnp.subtract,
+        "multiply": jnp.multiply,
+        "divide": jnp.divide,
+        "maximum": jnp.maximum,
+        "minimum": jnp.minimum,
+        "power": jnp.power,
+    }.items()
+}
+
+Where = _op("where", jnp.where)
+Add = BINARY["add"]

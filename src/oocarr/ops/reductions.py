@@ -1,0 +1,96 @@
+"""Reductions over any axes: each output tile folds the input tiles along the reduced axes."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator
+
+import jax
+import jax.numpy as jnp
+
+from .. import pages
+from ..errors import InvalidArgumentError
+from .base import BlockParallelOp, Plan, Region
+
+__all__ = ["Sum", "Mean", "normalize_axes"]
+
+
+def normalize_axes(axis, ndim: int) -> tuple[int, ...]:
+    """``None``, an int or a tuple of ints as sorted non-negative axes.
+
+    Examples
+    --------
+    >>> normalize_axes(-1, 3), normalize_axes(None, 2), normalize_axes((0, 2), 3)
+    ((2,), (0, 1), (0, 2))
+    """
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    out = []
+    for a in axes:
+        if not -ndim <= a < ndim:
+            raise InvalidArgumentError(f"axis {a} is out of bounds for an array of {ndim} axes")
+        out.append(a % ndim)
+    if len(set(out)) != len(out):
+        raise InvalidArgumentError(f"repeated axis in {axis!r}")
+    return tuple(sorted(out))
+
+
+class Sum(BlockParallelOp):
+    """``sum(x, axis=None, keepdims=False)``."""
+
+    name = "sum"
+    residency = 4
+    shape_dependent = True
+
+    def compute_output_shape(self) -> tuple[int, ...]:
+        (shape,) = self.in_shapes
+        self.axes = normalize_axes(self.params.get("axis"), len(shape))
+        return self._out_of(shape, fill=1)
+
+    def plan(self, budget_elems: int, chunks) -> Plan:
+        (shape,) = self.in_shapes
+        per_tile = max(1, budget_elems // self.residency)
+        in_tile = pages.grow_block(shape, 1, per_tile, base=chunks)
+        if math.prod(in_tile) > per_tile:
+            in_tile = pages.grow_block(shape, 1, per_tile)
+        out_tile = self._out_of(in_tile, fill=1)
+        return Plan(out_tile, {f"in{i}": n for i, n in enumerate(in_tile)})
+
+    def _out_of(self, values, fill):
+        keep = self.params.get("keepdims", False)
+        return tuple(
+            fill if i in self.axes else v
+            for i, v in enumerate(values)
+            if keep or i not in self.axes
+        )
+
+    def index_map(self, out_region: Region, plan: Plan) -> Iterator[tuple[Region, ...]]:
+        (shape,) = self.in_shapes
+        keep = self.params.get("keepdims", False)
+        in_tile = [plan.extra[f"in{i}"] for i in range(len(shape))]
+        kept = iter(out_region)
+        per_axis = []
+        for i, n in enumerate(shape):
+            if i in self.axes:
+                if keep:
+                    next(kept)
+                per_axis.append([slice(s, min(s + in_tile[i], n)) for s in range(0, n, in_tile[i])])
+            else:
+                per_axis.append([next(kept)])
+        for region in itertools.product(*per_axis):
+            yield (tuple(region),)
+
+    def forward_block(self, block: jax.Array) -> jax.Array:
+        return jnp.sum(block, axis=self.axes, keepdims=self.params.get("keepdims", False))
+
+
+class Mean(Sum):
+    """``mean(x, axis=None, keepdims=False)``: the sum of each block divided by the count."""
+
+    name = "mean"
+
+    def forward_block(self, block: jax.Array) -> jax.Array:
+        count = math.prod(self.in_shapes[0][a] for a in self.axes)
+        return super().forward_block(block) / count

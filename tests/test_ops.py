@@ -1,0 +1,228 @@
+"""Ops on DiskArrays against jax.numpy: forward values and gradients, eager and under jit, with
+inputs on every driver and tiles that do not divide the shapes."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import oocarr
+from oocarr import errors
+from oocarr.ops.elementwise import BINARY, UNARY
+
+# small enough that every shape below is cut into several uneven tiles
+BUDGET = 4 * 4 * 24
+
+
+@pytest.fixture
+def budget(backend):
+    """The test budget; S3 round trips per tile are slow, so it gets fewer, larger tiles."""
+    return BUDGET * 8 if backend.id == "fsspec-s3" else BUDGET
+
+
+def data(shape, seed=0, positive=False):
+    rng = np.random.default_rng(seed)
+    values = rng.standard_normal(shape).astype(np.float32)
+    return np.abs(values) + 0.5 if positive else values
+
+
+def stored(backend, array):
+    return oocarr.DiskArray(backend.store(array, chunks=tuple(max(1, n // 2) for n in array.shape)))
+
+
+def close(got, want, tol=1e-5):
+    got = np.asarray(got)
+    want = np.asarray(want)
+    assert got.shape == want.shape, (got.shape, want.shape)
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+POSITIVE = {"log", "sqrt", "log1p"}
+
+
+def test_unary_forward_and_gradient(backend, budget):
+    for name in sorted(UNARY):
+        a = data((7, 5), positive=name in POSITIVE)
+        x = stored(backend, a)
+        fn = getattr(oocarr, name)
+        ref = jax.nn.relu if name == "relu" else getattr(jnp, name, None) or getattr(jax.nn, name)
+        with oocarr.memory_budget(budget):
+            close(fn(x), ref(a))
+            grad = jax.grad(lambda v, fn=fn: oocarr.sum(fn(v)))(x)
+        assert isinstance(grad, oocarr.DiskArray), name
+        close(grad, jax.grad(lambda v, ref=ref: jnp.sum(ref(v)))(a))
+
+
+def skip_s3(backend):
+    if backend.id == "fsspec-s3":
+        pytest.skip("the fsspec driver is covered on memory:// and local disk; S3 is slow here")
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+def test_binary_forward_and_gradient_with_broadcasting(backend, budget, name):
+    skip_s3(backend)
+    fn, ref = getattr(oocarr, name), getattr(jnp, name)
+    for shapes in [((7, 5), (7, 5)), ((7, 5), (5,)), ((6, 1, 4), (3, 1))]:
+        a = data(shapes[0], 1, positive=name == "power")
+        if name == "power":
+            b = np.full(shapes[1], 1.5, np.float32)
+        else:
+            b = data(shapes[1], 2, positive=name == "divide")
+        x, y = stored(backend, a), stored(backend, b)
+        with oocarr.memory_budget(budget):
+            close(fn(x, y), ref(a, b))
+            gx, gy = jax.grad(lambda u, v: oocarr.sum(fn(u, v)), argnums=(0, 1))(x, y)
+        rx, ry = jax.grad(lambda u, v: jnp.sum(ref(u, v)), argnums=(0, 1))(a, b)
+        close(gx, rx, 1e-4)
+        close(gy, ry, 1e-4)
+
+
+@pytest.mark.parametrize("name", ["sum", "mean"])
+def test_reductions_over_axes(backend, budget, name):
+    skip_s3(backend)
+    a = data((5, 7, 3))
+    x = stored(backend, a)
+    fn, ref = getattr(oocarr, name), getattr(jnp, name)
+    for axis in [None, 0, 1, -1, (0, 2)]:
+        for keepdims in (False, True):
+            kw = {"axis": axis, "keepdims": keepdims}
+            with oocarr.memory_budget(budget):
+                close(fn(x, **kw), ref(a, **kw), 1e-4)
+                grad = jax.grad(lambda v, kw=kw: oocarr.sum(oocarr.square(fn(v, **kw))))(x)
+            want = jax.grad(lambda v, kw=kw: jnp.sum(jnp.square(ref(v, **kw))))(a)
+            close(grad, want, 1e-4)
+
+
+def test_transpose(backend, budget):
+    a = data((4, 3, 5))
+    x = stored(backend, a)
+    with oocarr.memory_budget(budget):
+        close(oocarr.transpose(x), a.T)
+        close(oocarr.transpose(x, (1, 0, 2)), a.transpose(1, 0, 2))
+        grad = jax.grad(lambda v: oocarr.sum(oocarr.transpose(v, (2, 0, 1)) * 2.0))(x)
+    close(grad, np.full(a.shape, 2.0))
+
+
+def test_matmul_stored_and_in_memory_operands(backend, budget):
+    a, b = data((9, 7), 3), data((7, 5), 4)
+    x, y = stored(backend, a), stored(backend, b)
+    with oocarr.memory_budget(budget):
+        close(oocarr.matmul(x, y), a @ b, 1e-4)
+        close(x @ b, a @ b, 1e-4)
+        close(a @ y, a @ b, 1e-4)
+        gx, gy = jax.grad(lambda u, v: oocarr.sum(u @ v), argnums=(0, 1))(x, y)
+        gw = jax.grad(lambda w: oocarr.sum(oocarr.square(x @ w)))(jnp.asarray(b))
+    rx, ry = jax.grad(lambda u, v: jnp.sum(u @ v), argnums=(0, 1))(a, b)
+    close(gx, rx, 1e-4)
+    close(gy, ry, 1e-4)
+    assert isinstance(gw, jax.Array) and not isinstance(gw, oocarr.DiskArray)
+    close(gw, jax.grad(lambda w: jnp.sum(jnp.square(a @ w)))(b), 1e-3)
+
+
+def loss(w, x, y):
+    r = oocarr.matmul(x, w) - y
+    return oocarr.mean(oocarr.square(r))
+
+
+def ref_loss(w, x, y):
+    return jnp.mean(jnp.square(x @ w - y))
+
+
+@pytest.mark.parametrize(
+    "transform",
+    ["grad", "value_and_grad", "jit(grad)", "grad(jit)", "jit(value_and_grad)"],
+)
+def test_transforms_of_a_least_squares_loss(backend, budget, transform):
+    Xa, ya, wa = data((23, 6), 5), data((23, 1), 6), data((6, 1), 7)
+    X, y = stored(backend, Xa), stored(backend, ya)
+    fn = {
+        "grad": jax.grad(loss),
+        "value_and_grad": jax.value_and_grad(loss),
+        "jit(grad)": jax.jit(jax.grad(loss)),
+        "grad(jit)": jax.grad(jax.jit(loss)),
+        "jit(value_and_grad)": jax.jit(jax.value_and_grad(loss)),
+    }[transform]
+    want_v, want_g = jax.value_and_grad(ref_loss)(wa, Xa, ya)
+    with oocarr.memory_budget(budget):
+        out = fn(jnp.asarray(wa), X, y)
+    value, grad = out if "value" in transform else (None, out)
+    close(grad, want_g, 1e-4)
+    if value is not None:
+        close(value, want_v, 1e-5)
+
+
+def test_gradients_of_stored_arguments_used_several_times(backend, budget):
+    a = data((6, 4), 8)
+    x = stored(backend, a)
+
+    def f(v):
+        return oocarr.sum(v * v) + oocarr.sum(oocarr.tanh(v)) + oocarr.mean(v @ v.T)
+
+    def ref(v):
+        return jnp.sum(v * v) + jnp.sum(jnp.tanh(v)) + jnp.mean(v @ v.T)
+
+    with oocarr.memory_budget(budget):
+        for g in (jax.grad(f)(x), jax.jit(jax.grad(f))(x)):
+            close(g, jax.grad(ref)(a), 1e-4)
+
+
+def test_gradient_location_is_deterministic_and_not_beside_user_data(tmp_path):
+    x = oocarr.save(data((4, 3)), str(tmp_path / "user.h5#/x"))
+    g1 = jax.grad(lambda v: oocarr.sum(v * 2.0))(x)
+    g2 = jax.grad(lambda v: oocarr.sum(v * 3.0))(x)
+    assert g1.locator == g2.locator
+    assert g1.locator.url.startswith(oocarr.scratch_dir())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["user.h5"]
+    close(g2, np.full((4, 3), 3.0))
+
+
+def test_scalars_python_and_traced_mix_with_stored_arrays(tmp_path):
+    a = data((5, 3))
+    x = oocarr.save(a, str(tmp_path / "a.npy"))
+    close(x * 2.0 + 1, a * 2 + 1)
+    close(2.0 - x, 2 - a)
+    f = jax.jit(lambda v, s: oocarr.sum(v * s))
+    close(f(x, 3.0), np.sum(a * 3), 1e-5)
+    gs = jax.grad(lambda s: oocarr.sum(x * s))(2.0)
+    close(gs, np.sum(a), 1e-4)
+
+
+def test_jit_traces_once_per_locator(tmp_path):
+    x = oocarr.save(data((8, 3)), str(tmp_path / "a.npy"))
+    traces = []
+
+    @jax.jit
+    def step(v):
+        traces.append(1)
+        return oocarr.sum(oocarr.exp(v))
+
+    for _ in range(5):
+        step(x)
+    assert len(traces) == 1
+
+
+def test_second_order_gradients_raise():
+    x = oocarr.from_numpy(data((3, 2)))
+    with pytest.raises(NotImplementedError, match="second-order"):
+        jax.grad(lambda s: oocarr.sum(jax.grad(lambda v: oocarr.sum(v * v * s))(x)))(1.0)
+
+
+def test_a_budget_too_small_for_one_tile_names_the_op():
+    x = oocarr.from_numpy(data((3, 2)))
+    with oocarr.memory_budget(8), pytest.raises(errors.BudgetTooSmallError, match="sum"):
+        oocarr.sum(x)
+
+
+def test_operators_and_methods_on_disk_arrays():
+    a, b = data((4, 3), 1), data((4, 3), 2, positive=True)
+    x, y = oocarr.from_numpy(a), oocarr.from_numpy(b)
+    close(-x, -a)
+    close(x - y, a - b)
+    close(x / y, a / b)
+    close(x**2, a**2)
+    close(x.sum(), a.sum(), 1e-5)
+    close(x.mean(axis=0), a.mean(axis=0))
+    f = jax.jit(lambda u, v: ((u * v) - u / v + (-u) ** 2).sum(axis=1))
+    close(f(x, y), ((a * b) - a / b + a**2).sum(axis=1), 1e-4)

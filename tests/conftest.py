@@ -38,6 +38,25 @@ def _register_test_driver(root: pathlib.Path) -> None:
 
 _register_test_driver(pathlib.Path(__import__("tempfile").mkdtemp(prefix="oocarr-ep-")))
 
+# Scratch arrays of the whole run go to one directory, checked empty at the end.
+SCRATCH = pathlib.Path(__import__("tempfile").mkdtemp(prefix="oocarr-test-scratch-"))
+os.environ["OOCARR_SCRATCH_DIR"] = str(SCRATCH)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def scratch_is_left_empty():
+    """Nothing oocarr writes to scratch outlives the test session."""
+    yield
+    import gc
+
+    from oocarr import scratch
+
+    gc.collect()
+    scratch.remove_tracked()
+    left = sorted(p.name for p in SCRATCH.iterdir())
+    assert left == [], f"scratch files left behind: {left[:5]}"
+    SCRATCH.rmdir()
+
 
 @pytest.fixture(scope="session")
 def s3_server():

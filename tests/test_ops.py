@@ -226,3 +226,75 @@ def test_operators_and_methods_on_disk_arrays():
     close(x.mean(axis=0), a.mean(axis=0))
     f = jax.jit(lambda u, v: ((u * v) - u / v + (-u) ** 2).sum(axis=1))
     close(f(x, y), ((a * b) - a / b + a**2).sum(axis=1), 1e-4)
+
+
+def test_materialize_is_differentiable(backend, budget):
+    a = data((6, 4), 9)
+    x = stored(backend, a)
+    with oocarr.memory_budget(budget):
+        m = oocarr.materialize(x)
+        g = jax.grad(lambda v: jnp.sum(jnp.sin(oocarr.materialize(v))))(x)
+    assert isinstance(m, jax.Array)
+    close(m, a)
+    close(g, np.cos(a), 1e-5)
+
+
+def test_update_in_a_jitted_training_step_compiles_once(tmp_path):
+    xa = data((40, 3), 10)
+    ya = data((40, 1), 11)
+    x = oocarr.save(xa, str(tmp_path / "x.h5#/x"))
+    y = oocarr.save(ya, str(tmp_path / "y.npy"))
+    w = oocarr.save(np.zeros((3, 1), np.float32), str(tmp_path / "w.zarr"), mode="r+")
+    traces = []
+
+    @jax.jit
+    def step(w, x, y):
+        traces.append(1)
+        value, g = jax.value_and_grad(loss)(w, x, y)
+        return w.update_(w - 0.1 * g), value
+
+    w_ref = jnp.zeros((3, 1))
+    for _ in range(10):
+        w, value = step(w, x, y)
+        ref_value, g_ref = jax.value_and_grad(ref_loss)(w_ref, xa, ya)
+        w_ref = w_ref - 0.1 * g_ref
+        close(value, ref_value, 1e-5)
+    assert len(traces) == 1
+    assert w.locator.url == str(tmp_path / "w.zarr")
+    close(oocarr.open(str(tmp_path / "w.zarr")), w_ref, 1e-5)
+
+
+def test_update_refuses_arrays_not_opened_for_writing(tmp_path):
+    a = data((4, 2))
+    path = str(tmp_path / "a.h5#/a")
+    oocarr.save(a, path)
+    x = oocarr.open(path)
+    with pytest.raises(errors.ReadOnlyError, match="r\\+"):
+        x.update_(x * 2.0)
+    with pytest.raises(errors.ShapeMismatchError):
+        oocarr.open(path, "r+").update_(np.zeros(3, np.float32))
+    close(oocarr.open(path), a)
+    writable = oocarr.open(path, "r+")
+    writable.update_(writable * 2.0)
+    close(oocarr.open(path), a * 2)
+
+
+def test_an_interrupted_update_leaves_the_old_values(tmp_path, monkeypatch):
+    from oocarr import engine
+
+    a = data((50, 4))
+    w = oocarr.save(a, str(tmp_path / "w.npy"), mode="r+")
+    calls = []
+    original = engine.OOCAlgorithm._tile
+
+    def failing(self, *args):
+        calls.append(1)
+        if len(calls) > 2:
+            raise KeyboardInterrupt
+        return original(self, *args)
+
+    monkeypatch.setattr(engine.OOCAlgorithm, "_tile", failing)
+    with oocarr.memory_budget(4 * 4 * 40), pytest.raises(KeyboardInterrupt):
+        w.update_(w + 1.0)
+    close(oocarr.open(str(tmp_path / "w.npy")), a)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w.npy"]

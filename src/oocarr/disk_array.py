@@ -25,12 +25,33 @@ from . import registry
 from .blocked import BlockedArray
 from .dtypes import dtype_name
 from .locator import Locator
-from .scratch import scratch_dir
+from .scratch import scratch_dir, track
 
-__all__ = ["DiskArray", "DiskArrayType", "MARKER_DTYPE", "grad_locator", "is_disk"]
+__all__ = [
+    "DiskArray",
+    "DiskArrayType",
+    "MARKER_DTYPE",
+    "grad_locator",
+    "is_disk",
+    "allow_writes",
+    "is_writable",
+]
 
 #: dtype of the scalar marker a DiskArray lowers to under tracing.
 MARKER_DTYPE = np.dtype("float32")
+
+
+_WRITABLE: set[Locator] = set()
+
+
+def allow_writes(locator: Locator) -> None:
+    """Record that the user opened or created ``locator`` for writing (so ``update_`` may)."""
+    _WRITABLE.add(locator)
+
+
+def is_writable(locator: Locator) -> bool:
+    """Whether ``update_`` may overwrite the array at ``locator``."""
+    return locator in _WRITABLE
 
 
 def _delete_owned(driver: type[BlockedArray], locator: Locator) -> None:
@@ -51,7 +72,7 @@ def grad_locator(locator: Locator) -> Locator:
     (True, 'memmap')
     """
     digest = hashlib.sha256(locator.to_json().encode()).hexdigest()[:24]
-    return Locator.make("memmap", f"{scratch_dir()}/grad-{digest}.npy")
+    return Locator.make("memmap", track(f"{scratch_dir()}/grad-{digest}.npy"))
 
 
 @dataclass(frozen=True)
@@ -141,6 +162,8 @@ class DiskArray:
         self._marker: Any = None
         self._tangent = False
         self._finalizer = None
+        if not store.readonly:
+            allow_writes(store.locator)
         if owned:
             self._own()
 

@@ -83,23 +83,30 @@ class OOCAlgorithm:
         return self.op.plan(budget // itemsize, chunks)
 
     def forward(
-        self, operands: list[Operand], out: BlockedArray | None = None
+        self, operands: list[Operand], out: BlockedArray | np.ndarray | None = None
     ) -> np.ndarray | None:
-        """Compute the output; write it to ``out``, or return it when the output is 0-d."""
+        """Compute the output into ``out`` (a store or an array); 0-d outputs are returned."""
         itemsize = max([o.value.dtype.itemsize for o in operands] + [4])
         plan = self.plan(operands, itemsize)
         nominal = _Nominal(self.op, plan)
+        if isinstance(out, np.ndarray):
+            for region in self.op.out_regions(plan):
+                out[region] = self._tile(operands, plan, nominal, region)
+            return out
         for region in self.op.out_regions(plan):
-            acc = None
-            for in_regions in self.op.index_map(region, plan):
-                blocks = nominal.inputs([o.read(r) for o, r in zip(operands, in_regions)])
-                part = self._forward(*blocks)
-                acc = part if acc is None else self._combine(acc, part)
-            tile = nominal.crop(np.asarray(self.op.finish(acc)), region)
+            tile = self._tile(operands, plan, nominal, region)
             if out is None:
                 return tile
             out.write_region(region, tile.astype(out.dtype, copy=False))
         return None
+
+    def _tile(self, operands: list[Operand], plan: Plan, nominal: _Nominal, region: Region):
+        acc = None
+        for in_regions in self.op.index_map(region, plan):
+            blocks = nominal.inputs([o.read(r) for o, r in zip(operands, in_regions)])
+            part = self._forward(*blocks)
+            acc = part if acc is None else self._combine(acc, part)
+        return nominal.crop(np.asarray(self.op.finish(acc)), region)
 
     def backward(
         self,

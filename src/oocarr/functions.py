@@ -7,13 +7,13 @@ from typing import Any
 from jax._src import core as jax_core
 
 from .disk_array import DiskArray, DiskArrayType
-from .make_op import make_op
+from .make_op import make_op, materialize, update
 from .ops.elementwise import BINARY, UNARY
 from .ops.matmul import Matmul
 from .ops.reductions import Mean, Sum
 from .ops.transpose import Transpose
 
-__all__ = [*UNARY, *BINARY, "sum", "mean", "matmul", "transpose"]
+__all__ = [*UNARY, *BINARY, "sum", "mean", "matmul", "transpose", "materialize", "update"]
 
 
 def _elementwise_doc(name: str, arity: int) -> str:
@@ -127,7 +127,8 @@ def _install_operators() -> None:
     for name, fn in _OPERATORS.items():
         setattr(DiskArray, f"__{name}__", lambda self, *a, _fn=fn: _fn(self, *a))
         setattr(DiskArrayType, f"_{name}", staticmethod(fn))
-    for name, fn in {"sum": sum, "mean": mean, "transpose": transpose}.items():
+    methods = {"sum": sum, "mean": mean, "transpose": transpose, "update_": update}
+    for name, fn in methods.items():
         setattr(DiskArray, name, fn)
         setattr(DiskArrayType, name, jax_core.aval_method(fn))
     DiskArray.T = property(transpose)

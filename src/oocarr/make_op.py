@@ -24,11 +24,12 @@ from jax.experimental.hijax import ShapedArray, VJPHiPrimitive, Zero
 
 from . import registry
 from .blocked import BlockedArray
-from .disk_array import MARKER_DTYPE, DiskArray, DiskArrayType, is_disk
+from .disk_array import MARKER_DTYPE, DiskArray, DiskArrayType, is_disk, is_writable
 from .engine import OOCAlgorithm, Operand
+from .errors import ReadOnlyError, ShapeMismatchError
 from .locator import Locator
 from .ops.base import BlockParallelOp
-from .scratch import scratch_path
+from .scratch import scratch_dir, scratch_path
 
 __all__ = ["make_op", "add_into", "zeros_at"]
 
@@ -47,6 +48,16 @@ def _freeze_params(params: dict[str, Any]) -> tuple:
 
 def _scratch_locator() -> Locator:
     return Locator.make("memmap", scratch_path(".npy"))
+
+
+def _check_writable(aval: DiskArrayType) -> None:
+    locator = aval.locator
+    if aval.tangent or is_writable(locator) or locator.url.startswith(scratch_dir()):
+        return
+    raise ReadOnlyError(
+        f"{locator.full_url} was not opened for writing; open it with mode='r+' to update it",
+        url=locator.full_url,
+    )
 
 
 def _is_traced(values: Sequence[Any]) -> bool:
@@ -81,6 +92,7 @@ class Forward(VJPHiPrimitive):
     def __init__(self, op: BlockParallelOp, in_avals: tuple, out_aval: Any = None) -> None:
         self.op = op
         self.in_avals = in_avals
+        self.fresh_output = out_aval is None
         if out_aval is None:
             structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in in_avals]
             dtype = jax.eval_shape(op.forward_block, *structs).dtype
@@ -106,7 +118,10 @@ class Forward(VJPHiPrimitive):
             operands = _operands(in_avals, values)
             algo = OOCAlgorithm(op)
             if not isinstance(out_aval, DiskArrayType):
-                return np.asarray(algo.forward(operands), dtype=out_aval.dtype)
+                if out_aval.shape == ():
+                    return np.asarray(algo.forward(operands), dtype=out_aval.dtype)
+                return algo.forward(operands, np.empty(out_aval.shape, out_aval.dtype))
+            _check_writable(out_aval)
             with _create(out_aval.locator, out_aval.shape, out_aval.dtype) as out:
                 algo.forward(operands, out)
             return np.zeros((), MARKER_DTYPE)
@@ -118,7 +133,7 @@ class Forward(VJPHiPrimitive):
             out = DiskArray._at(
                 out_aval.locator, out_aval.shape, out_aval.dtype, tangent=out_aval.tangent
             )
-            return out if out_aval.tangent else out._own()
+            return out._own() if self.fresh_output else out
         shape = (
             jax.ShapeDtypeStruct((), MARKER_DTYPE)
             if self.stored_output
@@ -321,3 +336,57 @@ def add_into(aval: DiskArrayType, x: Any, y: Any) -> DiskArray:
     avals = (jax.typeof(x), jax.typeof(y))
     op = _op_instance(BINARY["add"], tuple(a.shape for a in avals), ())
     return Forward(op, avals, out_aval=aval)(x, y)
+
+
+def materialize(x: Any) -> jax.Array:
+    """Read a stored array into memory as a differentiable ``jax.Array``.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarr
+    >>> oocarr.materialize(oocarr.from_numpy(np.arange(3.0, dtype="f4")))
+    Array([0., 1., 2.], dtype=float32)
+    """
+    from .ops.elementwise import Identity
+
+    x = _as_argument(x)
+    aval = jax.typeof(x)
+    if not isinstance(aval, DiskArrayType):
+        return jnp.asarray(x)
+    op = _op_instance(Identity, (aval.shape,), ())
+    return Forward(op, (aval,), out_aval=ShapedArray(aval.shape, aval.dtype))(x)
+
+
+def update(x: Any, new: Any) -> DiskArray:
+    """Overwrite ``x``'s storage with ``new`` and return ``x`` (same locator, so same type).
+
+    The write is all-or-nothing: the new values go to a temporary location
+    that replaces the old one when complete.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarr
+    >>> w = oocarr.from_numpy(np.zeros(3, "f4"))
+    >>> np.asarray(oocarr.update(w, w + 1.0))
+    array([1., 1., 1.], dtype=float32)
+    """
+    from .ops.elementwise import Identity
+
+    target = jax.typeof(x)
+    new = _as_argument(new)
+    source = jax.typeof(new)
+    if not isinstance(target, DiskArrayType):
+        raise TypeError(f"update_ needs a DiskArray to write into, got {target}")
+    if tuple(source.shape) != tuple(target.shape):
+        raise ShapeMismatchError(
+            f"cannot update {target.locator.full_url} of shape {target.shape} with a value of "
+            f"shape {source.shape}",
+            url=target.locator.full_url,
+        )
+    _check_writable(target)
+    op = _op_instance(Identity, (source.shape,), ())
+    result = Forward(op, (source,), out_aval=target)(new)
+    if isinstance(x, DiskArray) and x._store is not None:
+        x._store.close()
+        x._store = None  # its handle may hold the replaced storage; reopen on next use
+    return result

@@ -10,6 +10,7 @@ to RAM defeats the purpose of out-of-core arrays.
 
 from __future__ import annotations
 
+import atexit
 import getpass
 import os
 import tempfile
@@ -18,11 +19,20 @@ import uuid
 
 from .errors import InvalidArgumentError
 
-__all__ = ["scratch_dir", "set_scratch_dir", "scratch_path", "is_ram_backed"]
+__all__ = [
+    "scratch_dir",
+    "set_scratch_dir",
+    "scratch_path",
+    "is_ram_backed",
+    "track",
+    "remove_tracked",
+]
 
 _RAM_FILESYSTEMS = {"tmpfs", "ramfs"}
 _lock = threading.Lock()
 _configured: tuple[str, bool] | None = None
+_tracked: set[str] = set()
+_owner_pid = os.getpid()
 
 
 def is_ram_backed(path: str) -> bool:
@@ -126,11 +136,39 @@ def scratch_dir() -> str:
 
 
 def scratch_path(suffix: str = ".npy") -> str:
-    """A fresh, unused path in the scratch directory.
+    """A fresh, unused path in the scratch directory, removed when the process exits.
 
     Examples
     --------
     >>> scratch_path().endswith(".npy")
     True
     """
-    return os.path.join(scratch_dir(), f"{uuid.uuid4().hex}{suffix}")
+    return track(os.path.join(scratch_dir(), f"{uuid.uuid4().hex}{suffix}"))
+
+
+def track(path: str) -> str:
+    """Remove ``path`` (and its attrs sidecar) when this process exits; returns ``path``."""
+    with _lock:
+        _tracked.add(path)
+    return path
+
+
+def remove_tracked() -> None:
+    """Remove every scratch file this process made that still exists.
+
+    Run at exit; arrays garbage-collected earlier have removed theirs already.
+    """
+    if os.getpid() != _owner_pid:
+        return
+    with _lock:
+        paths = list(_tracked)
+        _tracked.clear()
+    for path in paths:
+        for candidate in (path, path + ".attrs.json"):
+            try:
+                os.remove(candidate)
+            except OSError:
+                pass
+
+
+atexit.register(remove_tracked)

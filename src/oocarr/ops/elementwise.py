@@ -10,7 +10,7 @@ import numpy as np
 
 from .base import BlockParallelOp, Plan, Region
 
-__all__ = ["Elementwise", "UNARY", "BINARY", "Where"]
+__all__ = ["Elementwise", "UNARY", "BINARY", "Where", "Identity"]
 
 
 def broadcast_region(out_region: Region, in_shape: tuple[int, ...]) -> Region:
@@ -82,4 +82,5 @@ BINARY = {
 }
 
 Where = _op("where", jnp.where)
+Identity = _op("identity", lambda x: x)
 Add = BINARY["add"]

@@ -15,6 +15,7 @@ temporary name beside the target and renamed into place on commit.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -65,6 +66,31 @@ def _npy_header(path: str) -> tuple[tuple[int, ...], bool, np.dtype, int]:
         return tuple(shape), fortran, dtype, f.tell()
 
 
+def _runs(shape, region, itemsize: int):
+    """``(byte offset, byte length)`` of the contiguous runs a C-order region covers, in order."""
+    if not shape:
+        yield 0, itemsize
+        return
+    split = len(shape) - 1
+    while split > 0 and region[split].start == 0 and region[split].stop == shape[split]:
+        split -= 1
+    strides = [math.prod(shape[axis + 1 :]) for axis in range(len(shape))]
+    run = (region[split].stop - region[split].start) * strides[split] * itemsize
+    outer = [range(r.start, r.stop) for r in region[:split]]
+    for index in itertools.product(*outer):
+        elem = sum(i * s for i, s in zip(index, strides)) + region[split].start * strides[split]
+        yield elem * itemsize, run
+
+
+def _pread_exactly(fd: int, buffer: np.ndarray, offset: int, locator: Locator) -> None:
+    view, done = memoryview(buffer), 0
+    while done < len(view):
+        got = os.preadv(fd, [view[done:]], offset + done)
+        if got == 0:
+            raise corrupt(locator, f"the file ended at byte {offset + done}; it was truncated")
+        done += got
+
+
 def _remove(path: str) -> None:
     try:
         os.remove(path)
@@ -108,6 +134,8 @@ class MemmapArray(BlockedArray):
         self._handle_lock = threading.Lock()
         self._mm: np.memmap | None = None
         self._mm_pid: int | None = None
+        self._fd: int | None = None
+        self._fd_pid: int | None = None
         self._pending_attrs: dict[str, Any] | None = None
         self._order = "C"
 
@@ -192,7 +220,6 @@ class MemmapArray(BlockedArray):
             shape, dtype, offset, order = cls._read_npy_header(locator)
         store = cls(locator, shape, dtype, mode=mode, data_path=path, offset=offset)
         store._order = order
-        store._ensure_mapped()
         return store
 
     @staticmethod
@@ -273,7 +300,7 @@ class MemmapArray(BlockedArray):
 
     # -- handles --------------------------------------------------------
     def _ensure_mapped(self) -> np.memmap | None:
-        """The memmap for this process (``None`` for an empty array)."""
+        """A memmap for this process (Fortran-ordered files only; ``None`` when empty)."""
         if self.size == 0:
             return None
         with self._handle_lock:
@@ -293,11 +320,41 @@ class MemmapArray(BlockedArray):
                 self._mm_pid = os.getpid()
             return self._mm
 
+    def _file(self) -> int:
+        """This process's file descriptor on the data file."""
+        with self._handle_lock:
+            if self._fd is None or self._fd_pid != os.getpid():
+                flags = os.O_RDONLY if self.readonly else os.O_RDWR
+                try:
+                    self._fd = os.open(self._data_path, flags)
+                except OSError as err:
+                    raise corrupt(self.locator, f"cannot open the file ({err})") from None
+                self._fd_pid = os.getpid()
+            return self._fd
+
+    # Reads and writes of C-ordered files go through pread/pwrite rather than a mapping:
+    # pages of a mapping stay resident in the process (and count in its RSS) until it is
+    # unmapped, which would break the memory budget on arrays larger than memory.
     def _read(self, region, out) -> None:
-        np.copyto(out, self._ensure_mapped()[region])
+        if self._order == "F":
+            np.copyto(out, self._ensure_mapped()[region])
+            return
+        fd, buffer, pos = self._file(), out.reshape(-1).view(np.uint8), 0
+        for offset, nbytes in _runs(self.shape, region, self.itemsize):
+            _pread_exactly(fd, buffer[pos : pos + nbytes], self._offset + offset, self.locator)
+            pos += nbytes
 
     def _write(self, region, value) -> None:
-        self._ensure_mapped()[region] = value
+        if self._order == "F":
+            self._ensure_mapped()[region] = value
+            return
+        fd, data, pos = self._file(), value.reshape(-1).view(np.uint8), 0
+        for offset, nbytes in _runs(self.shape, region, self.itemsize):
+            view = memoryview(data[pos : pos + nbytes])
+            written = 0
+            while written < nbytes:
+                written += os.pwrite(fd, view[written:], self._offset + offset + written)
+            pos += nbytes
 
     def _flush(self) -> None:
         with self._handle_lock:
@@ -310,6 +367,10 @@ class MemmapArray(BlockedArray):
                 self._mm.flush()
             self._mm = None
             self._mm_pid = None
+            if self._fd is not None and self._fd_pid == os.getpid():
+                os.close(self._fd)
+            self._fd = None
+            self._fd_pid = None
 
     def _commit(self) -> None:
         self._release()

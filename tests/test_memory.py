@@ -47,3 +47,41 @@ def test_save_peak_memory_is_about_one_tile(tmp_path):
     print(f"peak RSS growth {growth / 2**20:.1f} MiB copying {report['nbytes'] / 2**20:.0f} MiB")
     # one 8 MiB tile read plus its encoded chunks and the HDF5 chunk cache, far below 128 MB
     assert growth < 64 * 2**20, f"peak grew by {growth / 2**20:.0f} MiB copying 128 MB"
+
+
+READ_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import oocarr
+
+    def rss_file():
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("RssFile:"):
+                    return int(line.split()[1]) * 1024
+
+    path = sys.argv[1]
+    np.save(path, np.zeros((2048, 8192), "f4"))          # 64 MiB
+    store = oocarr.open(path).store.with_pages((128, 8192))
+    before = rss_file()
+    total = 0.0
+    buffer = np.empty((128, 8192), "f4")
+    for index in store.block_grid():
+        total += float(store.read_block(index, out=buffer).sum())
+    print(json.dumps({"growth": rss_file() - before, "total": total}))
+    """
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_memmap_reads_do_not_keep_file_pages_resident(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-c", READ_SCRIPT, str(tmp_path / "big.npy")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["total"] == 0.0
+    assert report["growth"] < 16 * 2**20, f"file pages resident: {report['growth'] / 2**20} MiB"

@@ -110,3 +110,17 @@ def test_importing_oocarr_imports_no_storage_library():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_scratch_array_lives_as_long_as_its_store_or_views():
+    store = oocarr.from_numpy(np.arange(6.0)).store
+    view = store.with_pages((2,))
+    path = store.locator.url
+    gc.collect()
+    assert np.array_equal(view.read_block((1,)), [2.0, 3.0])
+    del store
+    gc.collect()
+    assert os.path.exists(path)
+    del view
+    gc.collect()
+    assert not os.path.exists(path)

@@ -79,12 +79,21 @@ def test_binary_forward_and_gradient_with_broadcasting(backend, budget, name):
         close(gy, ry, 1e-4)
 
 
-@pytest.mark.parametrize("name", ["sum", "mean"])
+REDUCTIONS = {
+    "sum": jnp.sum,
+    "mean": jnp.mean,
+    "max": jnp.max,
+    "min": jnp.min,
+    "logsumexp": jax.scipy.special.logsumexp,
+}
+
+
+@pytest.mark.parametrize("name", sorted(REDUCTIONS))
 def test_reductions_over_axes(backend, budget, name):
     skip_s3(backend)
     a = data((5, 7, 3))
     x = stored(backend, a)
-    fn, ref = getattr(oocarr, name), getattr(jnp, name)
+    fn, ref = getattr(oocarr, name), REDUCTIONS[name]
     for axis in [None, 0, 1, -1, (0, 2)]:
         for keepdims in (False, True):
             kw = {"axis": axis, "keepdims": keepdims}
@@ -93,6 +102,23 @@ def test_reductions_over_axes(backend, budget, name):
                 grad = jax.grad(lambda v, kw=kw: oocarr.sum(oocarr.square(fn(v, **kw))))(x)
             want = jax.grad(lambda v, kw=kw: jnp.sum(jnp.square(ref(v, **kw))))(a)
             close(grad, want, 1e-4)
+
+
+def test_where_and_comparisons(backend, budget):
+    a, b = data((7, 5), 12), data((5,), 13)
+    x, y = stored(backend, a), stored(backend, b)
+    with oocarr.memory_budget(budget):
+        for name in ("greater", "greater_equal", "less", "less_equal", "equal", "not_equal"):
+            close(getattr(oocarr, name)(x, y), getattr(jnp, name)(a, b))
+        close(oocarr.where(x > 0, x, y), np.where(a > 0, a, b))
+
+        def f(u, v):
+            return oocarr.sum(oocarr.where(u > v, u * 2.0, v))
+
+        gx, gy = jax.jit(jax.grad(f, argnums=(0, 1)))(x, y)
+    rx, ry = jax.grad(lambda u, v: jnp.sum(jnp.where(u > v, u * 2.0, v)), argnums=(0, 1))(a, b)
+    close(gx, rx)
+    close(gy, ry)
 
 
 def test_transpose(backend, budget):

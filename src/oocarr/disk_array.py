@@ -61,6 +61,14 @@ def _delete_owned(driver: type[BlockedArray], locator: Locator) -> None:
         pass
 
 
+class _Lifetime:
+    """Deletes an owned array's storage when the last of its holders (the ``DiskArray``, its
+    store and the store's page views) is garbage collected."""
+
+    def __init__(self, driver: type[BlockedArray], locator: Locator) -> None:
+        weakref.finalize(self, _delete_owned, driver, locator)
+
+
 def grad_locator(locator: Locator) -> Locator:
     """Where the gradient of the array at ``locator`` is written: a scratch ``.npy`` file whose
     name is derived from the locator, so a jitted training step compiles once.
@@ -189,9 +197,10 @@ class DiskArray:
         return self
 
     def _own(self) -> DiskArray:
-        """Delete the storage when this handle is garbage collected."""
-        driver = registry.get_driver(self._locator.driver)
-        self._finalizer = weakref.finalize(self, _delete_owned, driver, self._locator)
+        """Delete the storage once this handle and its store are garbage collected."""
+        self._finalizer = _Lifetime(registry.get_driver(self._locator.driver), self._locator)
+        if self._store is not None:
+            self._store.__dict__["_lifetime"] = self._finalizer
         return self
 
     @property
@@ -204,6 +213,8 @@ class DiskArray:
         """The :class:`~oocarr.blocked.BlockedArray` holding the data."""
         if self._store is None:
             self._store = registry.get_driver(self._locator.driver).open(self._locator, "r")
+            if self._finalizer is not None:
+                self._store.__dict__["_lifetime"] = self._finalizer
         return self._store
 
     @property

@@ -113,11 +113,13 @@ class OOCAlgorithm:
         operands: list[Operand],
         g: Operand | np.ndarray,
         targets: list[Any],
+        out: Operand | None = None,
     ) -> None:
         """Accumulate each input's gradient into its target (``None``: not needed).
 
         A target is a writable ``BlockedArray`` or an in-memory NumPy array of
-        the input's shape; contributions are added to what it holds.
+        the input's shape; contributions are added to what it holds.  Ops that
+        declare ``needs_output`` also get the forward output's tile (``out``).
         """
         itemsize = max([o.value.dtype.itemsize for o in operands] + [4])
         plan = self.plan(operands, itemsize)
@@ -125,9 +127,10 @@ class OOCAlgorithm:
         g_operand = g if isinstance(g, Operand) else Operand(np.asarray(g))
         for region in self.op.out_regions(plan):
             g_tile = nominal.output(g_operand.read(region if g_operand.shape else ()))
+            extra = () if out is None else (nominal.output(out.read(region if out.shape else ())),)
             for in_regions in self.op.index_map(region, plan):
                 raw = [o.read(r) for o, r in zip(operands, in_regions)]
-                grads = self._backward(g_tile, *nominal.inputs(raw))
+                grads = self._backward(g_tile, *extra, *nominal.inputs(raw))
                 for target, r, grad, block in zip(targets, in_regions, grads, raw):
                     if target is not None:
                         _accumulate(target, r, _crop_to(np.asarray(grad), block.shape))
@@ -145,7 +148,8 @@ class _Nominal:
         self.in_shapes = [tuple(r.stop - r.start for r in regions) for regions in steps]
 
     def inputs(self, blocks: list[np.ndarray]) -> list[np.ndarray]:
-        return [_pad(b, s, self.op.pad_mode) for b, s in zip(blocks, self.in_shapes)]
+        op = self.op
+        return [_pad(b, s, op.pad_mode, op.pad_value) for b, s in zip(blocks, self.in_shapes)]
 
     def output(self, tile: np.ndarray) -> np.ndarray:
         if tile.ndim != len(self.out_shape):
@@ -156,11 +160,13 @@ class _Nominal:
         return _crop_to(tile, tuple(r.stop - r.start for r in region))
 
 
-def _pad(block: np.ndarray, shape: tuple[int, ...], mode: str) -> np.ndarray:
+def _pad(block: np.ndarray, shape: tuple[int, ...], mode: str, value: float = 0) -> np.ndarray:
     if block.shape == shape or block.ndim != len(shape):
         return block
     widths = [(0, max(0, s - b)) for b, s in zip(block.shape, shape)]
-    return np.pad(block, widths, mode=mode if block.size else "constant")
+    if mode == "constant" or not block.size:
+        return np.pad(block, widths, mode="constant", constant_values=value)
+    return np.pad(block, widths, mode=mode)
 
 
 def _crop_to(array: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:

@@ -8,12 +8,26 @@ from jax._src import core as jax_core
 
 from .disk_array import DiskArray, DiskArrayType
 from .make_op import make_op, materialize, update
-from .ops.elementwise import BINARY, UNARY
+from .ops.elementwise import BINARY, COMPARISON, UNARY, Where
 from .ops.matmul import Matmul
-from .ops.reductions import Mean, Sum
+from .ops.reductions import LogSumExp, Max, Mean, Min, Sum
 from .ops.transpose import Transpose
 
-__all__ = [*UNARY, *BINARY, "sum", "mean", "matmul", "transpose", "materialize", "update"]
+__all__ = [
+    *UNARY,
+    *BINARY,
+    *COMPARISON,
+    "sum",
+    "mean",
+    "max",
+    "min",
+    "logsumexp",
+    "where",
+    "matmul",
+    "transpose",
+    "materialize",
+    "update",
+]
 
 
 def _elementwise_doc(name: str, arity: int) -> str:
@@ -43,7 +57,7 @@ def _elementwise_doc(name: str, arity: int) -> str:
 _globals = globals()
 for _name, _cls in UNARY.items():
     _globals[_name] = make_op(_cls, doc=_elementwise_doc(_name, 1))
-for _name, _cls in BINARY.items():
+for _name, _cls in {**BINARY, **COMPARISON}.items():
     _globals[_name] = make_op(_cls, doc=_elementwise_doc(_name, 2))
 
 _sum = make_op(Sum)
@@ -72,6 +86,61 @@ def mean(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = Fal
     2.0
     """
     return _mean(x, axis=axis, keepdims=keepdims)
+
+
+_max = make_op(Max)
+_min = make_op(Min)
+_logsumexp = make_op(LogSumExp)
+_where = make_op(Where)
+
+
+def max(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Any:  # noqa: A001
+    """Maximum over ``axis``; the gradient goes to the maximal elements.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarr
+    >>> float(oocarr.max(oocarr.from_numpy(np.array([1.0, 5.0, 2.0], "f4"))))
+    5.0
+    """
+    return _max(x, axis=axis, keepdims=keepdims)
+
+
+def min(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Any:  # noqa: A001
+    """Minimum over ``axis``; the gradient goes to the minimal elements.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarr
+    >>> float(oocarr.min(oocarr.from_numpy(np.array([1.0, 5.0, 2.0], "f4"))))
+    1.0
+    """
+    return _min(x, axis=axis, keepdims=keepdims)
+
+
+def logsumexp(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Any:
+    """``log(sum(exp(x)))`` over ``axis``, computed stably in one streaming pass.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarr
+    >>> round(float(oocarr.logsumexp(oocarr.from_numpy(np.zeros(4, "f4")))), 4)
+    1.3863
+    """
+    return _logsumexp(x, axis=axis, keepdims=keepdims)
+
+
+def where(condition: Any, x: Any, y: Any) -> Any:
+    """Elements of ``x`` where ``condition`` holds, else of ``y`` (NumPy broadcasting).
+
+    Examples
+    --------
+    >>> import numpy as np, oocarr
+    >>> x = oocarr.from_numpy(np.array([-1.0, 2.0], "f4"))
+    >>> np.asarray(oocarr.where(x > 0, x, 0.0))
+    array([0., 2.], dtype=float32)
+    """
+    return _where(condition, x, y)
 
 
 matmul = make_op(
@@ -120,6 +189,10 @@ _OPERATORS = {
     "rmatmul": _swap(matmul),
     "pow": _globals["power"],
     "neg": _globals["negative"],
+    "gt": _globals["greater"],
+    "ge": _globals["greater_equal"],
+    "lt": _globals["less"],
+    "le": _globals["less_equal"],
 }
 
 

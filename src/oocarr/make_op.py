@@ -95,7 +95,7 @@ class Forward(VJPHiPrimitive):
         self.fresh_output = out_aval is None
         if out_aval is None:
             structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in in_avals]
-            dtype = jax.eval_shape(op.forward_block, *structs).dtype
+            dtype = jax.eval_shape(lambda *b: op.finish(op.forward_block(*b)), *structs).dtype
             shape = op.output_shape
             out_aval = (
                 ShapedArray(shape, dtype)
@@ -147,12 +147,17 @@ class Forward(VJPHiPrimitive):
         )
 
     def vjp_fwd(self, nzs_in: Any, *args: Any) -> tuple[Any, Any]:
-        return self(*args), args
+        out = self(*args)
+        return out, (args, out if self.op.needs_output else None)
 
     def vjp_bwd(self, res: tuple, g: Any, *accums: Any) -> None:
         if isinstance(g, Zero):
             return
-        needed = [not isinstance(a, jax_ad.NullAccum) for a in accums]
+        res, out = res
+        needed = [
+            not isinstance(a, jax_ad.NullAccum) and jnp.issubdtype(aval.dtype, jnp.inexact)
+            for a, aval in zip(accums, self.in_avals)
+        ]
         seen: dict[int, int] = {}
         owner = []
         for i, acc in enumerate(accums):
@@ -164,7 +169,8 @@ class Forward(VJPHiPrimitive):
             if stored and isinstance(val, DiskArray | jax_core.Tracer):
                 existing.append((i, val))
         bwd = Backward(self, jax.typeof(g), tuple(owner), tuple(i for i, _ in existing))
-        outs = bwd(*res, g, *(v for _, v in existing))
+        extra = (out,) if self.op.needs_output else ()
+        outs = bwd(*res, g, *(v for _, v in existing), *extra)
         has_existing = {i for i, _ in existing}
         for i, acc in enumerate(accums):
             if owner[i] != i:
@@ -193,6 +199,7 @@ class Backward(VJPHiPrimitive):
             *fwd.in_avals,
             g_aval,
             *(fwd.in_avals[i].to_tangent_aval() for i in existing),
+            *((fwd.out_aval,) if fwd.op.needs_output else ()),
         )
         self.out_aval = tuple(
             a.to_tangent_aval() if o is not None else ShapedArray((), MARKER_DTYPE)
@@ -209,13 +216,12 @@ class Backward(VJPHiPrimitive):
         in_avals, out_avals = fwd.in_avals, self.out_aval
         g_aval = self.in_avals[n]
 
+        out_aval = fwd.out_aval if fwd.op.needs_output else None
+
         def run(*values: Any) -> tuple:
             operands = _operands(in_avals, values[:n])
-            g_operand = (
-                Operand(_open(g_aval.locator))
-                if isinstance(g_aval, DiskArrayType)
-                else Operand(np.asarray(values[n]))
-            )
+            g_operand = _operands([g_aval], [values[n]])[0]
+            out_operand = None if out_aval is None else _operands([out_aval], [values[-1]])[0]
             targets: list[Any] = [None] * n
             pending = []
             for i in range(n):
@@ -234,7 +240,7 @@ class Backward(VJPHiPrimitive):
                 else:
                     targets[i] = np.zeros(ct.shape, ct.dtype)
             try:
-                OOCAlgorithm(fwd.op).backward(operands, g_operand, targets)
+                OOCAlgorithm(fwd.op).backward(operands, g_operand, targets, out_operand)
             except BaseException:
                 for store in pending:
                     store.abort()

@@ -62,6 +62,10 @@ class BlockParallelOp:
     #: How edge blocks are padded to the full tile shape (``numpy.pad`` mode): zeros suit
     #: sums and products; elementwise ops repeat the edge so padding stays in their domain.
     pad_mode: str = "constant"
+    #: The value ``"constant"`` padding uses (``-inf`` suits a maximum).
+    pad_value: float = 0.0
+    #: ``backward_block`` takes the forward output's tile after ``g``: ``(g, out, *blocks)``.
+    needs_output: bool = False
 
     def __init__(self, *shapes: Sequence[int], **params: Any) -> None:
         self.in_shapes = tuple(tuple(int(n) for n in s) for s in shapes)
@@ -97,6 +101,8 @@ class BlockParallelOp:
     def plan(self, budget_elems: int, chunks: tuple[int, ...] | None) -> Plan:
         """Output tiles of whole chunks (when given) grown to the budget's share of one tile."""
         per_tile = max(1, budget_elems // self.residency)
+        if chunks is not None and len(chunks) != len(self.output_shape):
+            chunks = None
         tile = pages.grow_block(self.output_shape, 1, per_tile, base=chunks)
         if math.prod(tile) > per_tile:
             tile = pages.grow_block(self.output_shape, 1, per_tile)

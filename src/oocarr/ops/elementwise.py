@@ -10,7 +10,7 @@ import numpy as np
 
 from .base import BlockParallelOp, Plan, Region
 
-__all__ = ["Elementwise", "UNARY", "BINARY", "Where", "Identity"]
+__all__ = ["Elementwise", "UNARY", "BINARY", "COMPARISON", "Where", "Identity"]
 
 
 def broadcast_region(out_region: Region, in_shape: tuple[int, ...]) -> Region:
@@ -79,6 +79,11 @@ BINARY = {
         "minimum": jnp.minimum,
         "power": jnp.power,
     }.items()
+}
+
+COMPARISON = {
+    name: _op(name, getattr(jnp, name))
+    for name in ("greater", "greater_equal", "less", "less_equal", "equal", "not_equal")
 }
 
 Where = _op("where", jnp.where)

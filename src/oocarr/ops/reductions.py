@@ -8,12 +8,13 @@ from collections.abc import Iterator
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .. import pages
 from ..errors import InvalidArgumentError
 from .base import BlockParallelOp, Plan, Region
 
-__all__ = ["Sum", "Mean", "normalize_axes"]
+__all__ = ["Sum", "Mean", "Max", "Min", "LogSumExp", "normalize_axes"]
 
 
 def normalize_axes(axis, ndim: int) -> tuple[int, ...]:
@@ -94,3 +95,66 @@ class Mean(Sum):
     def forward_block(self, block: jax.Array) -> jax.Array:
         count = math.prod(self.in_shapes[0][a] for a in self.axes)
         return super().forward_block(block) / count
+
+
+class Max(Sum):
+    """``max(x, axis=None, keepdims=False)``; the gradient goes to the maximal elements."""
+
+    name = "max"
+    pad_mode = "edge"
+    needs_output = True
+    reduce = staticmethod(jnp.max)
+    pick = staticmethod(jnp.maximum)
+
+    def forward_block(self, block: jax.Array) -> jax.Array:
+        return type(self).reduce(block, axis=self.axes, keepdims=self.params.get("keepdims", False))
+
+    def combine(self, acc: jax.Array, part: jax.Array) -> jax.Array:
+        return type(self).pick(acc, part)
+
+    def _expand(self, value: jax.Array) -> jax.Array:
+        return value if self.params.get("keepdims", False) else jnp.expand_dims(value, self.axes)
+
+    def backward_block(self, g: jax.Array, out: jax.Array, block: jax.Array) -> tuple:
+        mask = block == self._expand(out)
+        return (jnp.where(mask, self._expand(g), 0).astype(block.dtype),)
+
+
+class Min(Max):
+    """``min(x, axis=None, keepdims=False)``; the gradient goes to the minimal elements."""
+
+    name = "min"
+    reduce = staticmethod(jnp.min)
+    pick = staticmethod(jnp.minimum)
+
+
+class LogSumExp(Max):
+    """``logsumexp(x, axis=None, keepdims=False)``, streamed with a running maximum.
+
+    Each block contributes ``(m, s)``: its maximum and the sum of ``exp(x - m)``;
+    pairs combine by rescaling to the larger maximum, and the result is
+    ``m + log(s)``.  The gradient is ``g * exp(x - logsumexp)``.
+    """
+
+    name = "logsumexp"
+    pad_mode = "constant"
+    pad_value = -np.inf
+
+    def forward_block(self, block: jax.Array) -> tuple[jax.Array, jax.Array]:
+        m = jnp.max(block, axis=self.axes, keepdims=True)
+        m = jnp.where(jnp.isfinite(m), m, 0)
+        s = jnp.sum(jnp.exp(block - m), axis=self.axes, keepdims=True)
+        return m, s
+
+    def combine(self, acc: tuple, part: tuple) -> tuple:
+        (m1, s1), (m2, s2) = acc, part
+        m = jnp.maximum(m1, m2)
+        return m, s1 * jnp.exp(m1 - m) + s2 * jnp.exp(m2 - m)
+
+    def finish(self, acc: tuple) -> jax.Array:
+        m, s = acc
+        out = m + jnp.log(s)
+        return out if self.params.get("keepdims", False) else jnp.squeeze(out, self.axes)
+
+    def backward_block(self, g: jax.Array, out: jax.Array, block: jax.Array) -> tuple:
+        return ((self._expand(g) * jnp.exp(block - self._expand(out))).astype(block.dtype),)

@@ -324,3 +324,20 @@ def test_an_interrupted_update_leaves_the_old_values(tmp_path, monkeypatch):
         w.update_(w + 1.0)
     close(oocarr.open(str(tmp_path / "w.npy")), a)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["w.npy"]
+
+
+def test_io_stats_count_each_read_and_write(tmp_path):
+    a = data((300, 20))
+    x = oocarr.save(a, str(tmp_path / "x.h5#/x"), chunks=(64, 20))
+    with oocarr.memory_budget("64KB"), oocarr.io_stats() as stats:
+        oocarr.sum(x)
+        y = x * 2.0
+    sites = {site.split(" @ ")[0]: counts for site, counts in stats.by_site.items()}
+    assert sites["sum"].bytes_read == a.nbytes
+    assert sites["sum"].bytes_written == 0
+    assert sites["multiply"].bytes_read == a.nbytes
+    assert sites["multiply"].bytes_written == a.nbytes
+    assert sites["multiply"].tiles == sites["multiply"].pages_written > 1
+    assert all("test_ops.py" in site for site in stats.by_site)
+    assert stats.total.calls == 2
+    del y

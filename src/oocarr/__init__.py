@@ -22,6 +22,7 @@ from .locator import Locator
 from .make_op import make_op
 from .registry import available_drivers, get_driver
 from .scratch import scratch_dir, set_scratch_dir
+from .stats import io_stats
 
 try:
     __version__ = version("oocarr")
@@ -31,6 +32,7 @@ except PackageNotFoundError:  # running from a source tree that was never instal
 __all__ = [
     *_function_names,
     "config",
+    "io_stats",
     "make_op",
     "memory_budget",
     "set_memory_budget",

@@ -19,6 +19,7 @@ from .blocked import BlockedArray
 from .config import memory_budget_bytes
 from .errors import BudgetTooSmallError
 from .ops.base import BlockParallelOp, Plan, Region
+from .stats import IOCounts, record
 
 __all__ = ["OOCAlgorithm", "Operand"]
 
@@ -26,9 +27,10 @@ __all__ = ["OOCAlgorithm", "Operand"]
 class Operand:
     """One input of an op call as the engine reads it: stored or in memory."""
 
-    def __init__(self, value: BlockedArray | np.ndarray) -> None:
+    def __init__(self, value: BlockedArray | np.ndarray, counts: IOCounts | None = None) -> None:
         self.value = value
         self.stored = isinstance(value, BlockedArray)
+        self.counts = counts
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -36,7 +38,11 @@ class Operand:
 
     def read(self, region: Region) -> np.ndarray:
         if self.stored:
-            return self.value.read_region(region)
+            block = self.value.read_region(region)
+            if self.counts is not None:
+                self.counts.bytes_read += block.nbytes
+                self.counts.pages_read += 1
+            return block
         return np.asarray(self.value[region]) if region else np.asarray(self.value)
 
 
@@ -64,9 +70,14 @@ class OOCAlgorithm:
     45.0
     """
 
-    def __init__(self, op: BlockParallelOp) -> None:
+    def __init__(self, op: BlockParallelOp, site: str | None = None) -> None:
         self.op = op
+        self.site = site or op.name
+        self.counts = IOCounts(calls=1)
         self._forward, self._backward, self._combine = _jitted(op)
+
+    def _counted(self, operands: list[Operand]) -> list[Operand]:
+        return [Operand(o.value, self.counts) for o in operands]
 
     def plan(self, operands: list[Operand], itemsize: int) -> Plan:
         """Tiles for this call, from the budget, the op's residency and the inputs' chunks."""
@@ -86,21 +97,31 @@ class OOCAlgorithm:
         self, operands: list[Operand], out: BlockedArray | np.ndarray | None = None
     ) -> np.ndarray | None:
         """Compute the output into ``out`` (a store or an array); 0-d outputs are returned."""
+        operands = self._counted(operands)
         itemsize = max([o.value.dtype.itemsize for o in operands] + [4])
         plan = self.plan(operands, itemsize)
         nominal = _Nominal(self.op, plan)
-        if isinstance(out, np.ndarray):
+        try:
+            if isinstance(out, np.ndarray):
+                for region in self.op.out_regions(plan):
+                    out[region] = self._tile(operands, plan, nominal, region)
+                return out
             for region in self.op.out_regions(plan):
-                out[region] = self._tile(operands, plan, nominal, region)
-            return out
-        for region in self.op.out_regions(plan):
-            tile = self._tile(operands, plan, nominal, region)
-            if out is None:
-                return tile
-            out.write_region(region, tile.astype(out.dtype, copy=False))
-        return None
+                tile = self._tile(operands, plan, nominal, region)
+                if out is None:
+                    return tile
+                self._write(out, region, tile.astype(out.dtype, copy=False))
+            return None
+        finally:
+            record(self.site, self.counts)
+
+    def _write(self, out: BlockedArray, region: Region, value: np.ndarray) -> None:
+        out.write_region(region, value)
+        self.counts.bytes_written += value.nbytes
+        self.counts.pages_written += 1
 
     def _tile(self, operands: list[Operand], plan: Plan, nominal: _Nominal, region: Region):
+        self.counts.tiles += 1
         acc = None
         for in_regions in self.op.index_map(region, plan):
             blocks = nominal.inputs([o.read(r) for o, r in zip(operands, in_regions)])
@@ -121,11 +142,21 @@ class OOCAlgorithm:
         the input's shape; contributions are added to what it holds.  Ops that
         declare ``needs_output`` also get the forward output's tile (``out``).
         """
+        operands = self._counted(operands)
         itemsize = max([o.value.dtype.itemsize for o in operands] + [4])
         plan = self.plan(operands, itemsize)
         nominal = _Nominal(self.op, plan)
-        g_operand = g if isinstance(g, Operand) else Operand(np.asarray(g))
+        g = g if isinstance(g, Operand) else Operand(np.asarray(g))
+        g_operand = Operand(g.value, self.counts)
+        out = None if out is None else Operand(out.value, self.counts)
+        try:
+            self._backward_loop(operands, g_operand, targets, out, plan, nominal)
+        finally:
+            record(self.site + " (backward)", self.counts)
+
+    def _backward_loop(self, operands, g_operand, targets, out, plan, nominal) -> None:
         for region in self.op.out_regions(plan):
+            self.counts.tiles += 1
             g_tile = nominal.output(g_operand.read(region if g_operand.shape else ()))
             extra = () if out is None else (nominal.output(out.read(region if out.shape else ())),)
             for in_regions in self.op.index_map(region, plan):
@@ -133,7 +164,8 @@ class OOCAlgorithm:
                 grads = self._backward(g_tile, *extra, *nominal.inputs(raw))
                 for target, r, grad, block in zip(targets, in_regions, grads, raw):
                     if target is not None:
-                        _accumulate(target, r, _crop_to(np.asarray(grad), block.shape))
+                        grad = _crop_to(np.asarray(grad), block.shape)
+                        _accumulate(target, r, grad, self.counts)
 
 
 class _Nominal:
@@ -175,9 +207,13 @@ def _crop_to(array: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return array[tuple(slice(0, n) for n in shape)]
 
 
-def _accumulate(target: Any, region: Region, grad: np.ndarray) -> None:
+def _accumulate(target: Any, region: Region, grad: np.ndarray, counts: IOCounts) -> None:
     if isinstance(target, BlockedArray):
         current = target.read_region(region)
+        counts.bytes_read += current.nbytes
+        counts.bytes_written += current.nbytes
+        counts.pages_read += 1
+        counts.pages_written += 1
         target.write_region(
             region, (current + grad.reshape(current.shape)).astype(target.dtype, copy=False)
         )

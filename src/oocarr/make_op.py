@@ -30,6 +30,7 @@ from .errors import ReadOnlyError, ShapeMismatchError
 from .locator import Locator
 from .ops.base import BlockParallelOp
 from .scratch import scratch_dir, scratch_path
+from .stats import call_site
 
 __all__ = ["make_op", "add_into", "zeros_at"]
 
@@ -92,6 +93,7 @@ class Forward(VJPHiPrimitive):
     def __init__(self, op: BlockParallelOp, in_avals: tuple, out_aval: Any = None) -> None:
         self.op = op
         self.in_avals = in_avals
+        self.site = call_site(op.name)
         self.fresh_output = out_aval is None
         if out_aval is None:
             structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in in_avals]
@@ -112,11 +114,11 @@ class Forward(VJPHiPrimitive):
 
     def expand(self, *args: Any) -> Any:
         los = [_lo(x) for x in args]
-        in_avals, out_aval, op = self.in_avals, self.out_aval, self.op
+        in_avals, out_aval, op, site = self.in_avals, self.out_aval, self.op, self.site
 
         def run(*values: Any) -> Any:
             operands = _operands(in_avals, values)
-            algo = OOCAlgorithm(op)
+            algo = OOCAlgorithm(op, site)
             if not isinstance(out_aval, DiskArrayType):
                 if out_aval.shape == ():
                     return np.asarray(algo.forward(operands), dtype=out_aval.dtype)
@@ -240,7 +242,8 @@ class Backward(VJPHiPrimitive):
                 else:
                     targets[i] = np.zeros(ct.shape, ct.dtype)
             try:
-                OOCAlgorithm(fwd.op).backward(operands, g_operand, targets, out_operand)
+                algo = OOCAlgorithm(fwd.op, fwd.site)
+                algo.backward(operands, g_operand, targets, out_operand)
             except BaseException:
                 for store in pending:
                     store.abort()

@@ -3,6 +3,8 @@ inputs on every driver and tiles that do not divide the shapes."""
 
 from __future__ import annotations
 
+import pickle
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -341,3 +343,37 @@ def test_io_stats_count_each_read_and_write(tmp_path):
     assert all("test_ops.py" in site for site in stats.by_site)
     assert stats.total.calls == 2
     del y
+
+
+def test_views_are_regions_of_the_same_storage(backend, budget):
+    a = data((9, 6), 14)
+    x = stored(backend, a)
+    v, row = x[2:7, 1:5], x[3]
+    assert v.shape == (4 * 1 + 1, 4) and row.shape == (6,)
+    close(v, a[2:7, 1:5])
+    close(row, a[3])
+    close(v[1:, 2], a[3:7, 3])
+    with oocarr.memory_budget(budget):
+        close(oocarr.sum(v * v, axis=0), np.sum(a[2:7, 1:5] ** 2, axis=0), 1e-4)
+        grad = jax.jit(jax.grad(lambda u, r: oocarr.sum(u * r)))(v, x[3, 1:5])
+    close(grad, np.broadcast_to(a[3, 1:5], (5, 4)), 1e-5)
+    assert grad.locator != x.locator
+    assert pickle.loads(pickle.dumps(v.store)).locator == v.locator
+    with pytest.raises(errors.InvalidArgumentError, match="unit-step"):
+        x[::2]
+    with pytest.raises(NotImplementedError, match="outside"):
+        jax.jit(lambda u: oocarr.sum(u[0:2]))(x)
+
+
+def test_writing_through_a_view(tmp_path):
+    a = data((5, 4))
+    path = str(tmp_path / "a.h5#/a")
+    oocarr.save(a, path)
+    with pytest.raises(errors.ReadOnlyError):
+        oocarr.open(path)[1:3].store[:] = 0.0
+    base = oocarr.open(path, "r+")
+    base[1:3].store[:] = 0.0
+    base.store.flush()
+    expected = a.copy()
+    expected[1:3] = 0.0
+    close(oocarr.open(path), expected)

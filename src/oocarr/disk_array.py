@@ -278,6 +278,27 @@ class DiskArray:
         if self._store is not None:
             self._store.__exit__(exc_type, exc, tb)
 
+    def __getitem__(self, key: Any) -> DiskArray:
+        """A view of a region (integers and unit-step slices), sharing the storage.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarr
+        >>> x = oocarr.from_numpy(np.arange(12.0).reshape(3, 4))
+        >>> v = x[1:, 2]
+        >>> v.shape, np.asarray(v)
+        ((2,), array([ 6., 10.]))
+        """
+        from .views import view_locator
+
+        locator = view_locator(self._locator, self._shape, key)
+        store = registry.get_driver("view").open(locator, self.store.mode)
+        view = DiskArray(store)
+        view._finalizer = self._finalizer  # the base's storage lives as long as its views
+        if self._finalizer is not None:
+            store.__dict__["_lifetime"] = self._finalizer
+        return view
+
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         return self.store.__array__(dtype)
 

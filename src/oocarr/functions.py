@@ -196,6 +196,13 @@ _OPERATORS = {
 }
 
 
+def _traced_getitem(x: Any, key: Any) -> Any:
+    raise NotImplementedError(
+        "slicing a DiskArray inside jax.jit or jax.grad is not supported yet; slice it "
+        "outside (x[2:10] is a view that costs nothing) and pass the view in"
+    )
+
+
 def _install_operators() -> None:
     for name, fn in _OPERATORS.items():
         setattr(DiskArray, f"__{name}__", lambda self, *a, _fn=fn: _fn(self, *a))
@@ -204,6 +211,7 @@ def _install_operators() -> None:
     for name, fn in methods.items():
         setattr(DiskArray, name, fn)
         setattr(DiskArrayType, name, jax_core.aval_method(fn))
+    DiskArrayType._getitem = staticmethod(_traced_getitem)
     DiskArray.T = property(transpose)
     DiskArrayType.T = jax_core.aval_property(transpose)
 

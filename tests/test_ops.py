@@ -377,3 +377,29 @@ def test_writing_through_a_view(tmp_path):
     expected = a.copy()
     expected[1:3] = 0.0
     close(oocarr.open(path), expected)
+
+
+@pytest.mark.parametrize(
+    "shapes",
+    [((9, 7), (7,)), ((7,), (7, 5)), ((7,), (7,)), ((3, 9, 7), (7, 5)), ((2, 1, 9, 7), (3, 7, 5))],
+    ids=str,
+)
+def test_matmul_batched_and_vectors(shapes, budget=BUDGET):
+    a, b = data(shapes[0], 15), data(shapes[1], 16)
+    x, y = oocarr.from_numpy(a), oocarr.from_numpy(b)
+    with oocarr.memory_budget(budget):
+        close(oocarr.matmul(x, y), jnp.matmul(a, b), 1e-4)
+        gx, gy = jax.grad(lambda u, v: oocarr.sum(oocarr.square(u @ v)), argnums=(0, 1))(x, y)
+        gw = jax.jit(jax.grad(lambda v: oocarr.sum(x @ v)))(jnp.asarray(b))
+    rx, ry = jax.grad(lambda u, v: jnp.sum(jnp.square(u @ v)), argnums=(0, 1))(a, b)
+    close(gx, rx, 1e-3)
+    close(gy, ry, 1e-3)
+    close(gw, jax.grad(lambda v: jnp.sum(a @ v))(b), 1e-4)
+
+
+def test_matmul_shape_errors():
+    x = oocarr.from_numpy(data((3, 4)))
+    with pytest.raises(errors.ShapeMismatchError, match="contraction"):
+        oocarr.matmul(x, np.ones((5, 2), np.float32))
+    with pytest.raises(errors.ShapeMismatchError, match="batch"):
+        oocarr.matmul(oocarr.from_numpy(data((2, 3, 4))), np.ones((3, 4, 2), np.float32))

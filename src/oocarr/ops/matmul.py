@@ -1,4 +1,6 @@
-"""2-d matrix product: an output tile accumulates row-panel × column-panel products over k."""
+"""Matrix product with NumPy's ``matmul`` rules: stacks of matrices broadcast over their batch
+axes, and 1-d operands are vectors.  An output tile accumulates row-panel × column-panel
+products over k."""
 
 from __future__ import annotations
 
@@ -6,41 +8,75 @@ import math
 from collections.abc import Iterator
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 
 from ..errors import ShapeMismatchError
 from .base import BlockParallelOp, Plan, Region
+from .elementwise import broadcast_region
 
 __all__ = ["Matmul"]
 
 
 class Matmul(BlockParallelOp):
-    """``a @ b`` for 2-d ``a`` (m, k) and ``b`` (k, n)."""
+    """``a @ b``: ``(..., m, k) @ (..., k, n)``, with ``(k,)`` vectors on either side."""
 
     name = "matmul"
     residency = 5  # a tile, b tile, partial product, accumulator, output tile
+    shape_dependent = True
 
     def compute_output_shape(self) -> tuple[int, ...]:
         a, b = self.in_shapes
-        if len(a) != 2 or len(b) != 2 or a[1] != b[0]:
-            raise ShapeMismatchError(f"matmul needs (m, k) @ (k, n) matrices, got {a} @ {b}")
-        return (a[0], b[1])
+        if not a or not b:
+            raise ShapeMismatchError(f"matmul needs arrays of at least 1 axis, got {a} @ {b}")
+        self.a_vec, self.b_vec = len(a) == 1, len(b) == 1
+        pa = (1, *a) if self.a_vec else a
+        pb = (*b, 1) if self.b_vec else b
+        if pa[-1] != pb[-2]:
+            raise ShapeMismatchError(
+                f"matmul: the last axis of {a} does not match the contraction axis of {b}"
+            )
+        try:
+            self.batch = tuple(np.broadcast_shapes(pa[:-2], pb[:-2]))
+        except ValueError:
+            raise ShapeMismatchError(
+                f"matmul: batch axes of {a} and {b} do not broadcast"
+            ) from None
+        self.m, self.k, self.n = pa[-2], pa[-1], pb[-1]
+        self.a_batch, self.b_batch = pa[:-2], pb[:-2]
+        return (
+            *self.batch,
+            *(() if self.a_vec else (self.m,)),
+            *(() if self.b_vec else (self.n,)),
+        )
 
     def plan(self, budget_elems: int, chunks) -> Plan:
-        (m, k), (_, n) = self.in_shapes
-        side = max(1, math.isqrt(max(1, budget_elems // self.residency)))
-        tm, tn = min(max(m, 1), side), min(max(n, 1), side)
-        tk = min(max(k, 1), max(1, budget_elems // self.residency // max(tm, tn)))
-        return Plan((tm, tn), {"k": tk})
+        per = max(1, budget_elems // self.residency)
+        side = max(1, math.isqrt(per))
+        tm = 1 if self.a_vec else min(max(self.m, 1), side)
+        tn = 1 if self.b_vec else min(max(self.n, 1), side)
+        tk = min(max(self.k, 1), max(1, per // max(tm, tn)))
+        tile = (
+            *(1 for _ in self.batch),
+            *(() if self.a_vec else (tm,)),
+            *(() if self.b_vec else (tn,)),
+        )
+        return Plan(tile, {"k": tk})
 
     def index_map(self, out_region: Region, plan: Plan) -> Iterator[tuple[Region, ...]]:
-        rows, cols = out_region
-        k = self.in_shapes[0][1]
+        nb = len(self.batch)
+        batch, rest = out_region[:nb], list(out_region[nb:])
+        rows = slice(0, 1) if self.a_vec else rest.pop(0)
+        cols = slice(0, 1) if self.b_vec else rest.pop(0)
+        a_batch = broadcast_region(batch, self.a_batch) if self.a_batch else ()
+        b_batch = broadcast_region(batch, self.b_batch) if self.b_batch else ()
         step = plan.extra["k"]
-        for start in range(0, k, step):
-            ks = slice(start, min(start + step, k))
-            yield (rows, ks), (ks, cols)
-        if k == 0:
-            yield (rows, slice(0, 0)), (slice(0, 0), cols)
+        starts = range(0, self.k, step) if self.k else [0]
+        for start in starts:
+            ks = slice(start, min(start + step, self.k))
+            a_region = (ks,) if self.a_vec else (*a_batch, rows, ks)
+            b_region = (ks,) if self.b_vec else (*b_batch, ks, cols)
+            yield a_region, b_region
 
     def forward_block(self, a: jax.Array, b: jax.Array) -> jax.Array:
-        return a @ b
+        return jnp.matmul(a, b)

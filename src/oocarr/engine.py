@@ -127,6 +127,9 @@ class OOCAlgorithm:
             blocks = nominal.inputs([o.read(r) for o, r in zip(operands, in_regions)])
             part = self._forward(*blocks)
             acc = part if acc is None else self._combine(acc, part)
+            # Dispatch is asynchronous: without waiting, the input blocks of many steps stay
+            # alive in the queue and the tiles in memory are no longer bounded by the budget.
+            jax.block_until_ready(acc)
         return nominal.crop(np.asarray(self.op.finish(acc)), region)
 
     def backward(
@@ -161,7 +164,7 @@ class OOCAlgorithm:
             extra = () if out is None else (nominal.output(out.read(region if out.shape else ())),)
             for in_regions in self.op.index_map(region, plan):
                 raw = [o.read(r) for o, r in zip(operands, in_regions)]
-                grads = self._backward(g_tile, *extra, *nominal.inputs(raw))
+                grads = jax.block_until_ready(self._backward(g_tile, *extra, *nominal.inputs(raw)))
                 for target, r, grad, block in zip(targets, in_regions, grads, raw):
                     if target is not None:
                         grad = _crop_to(np.asarray(grad), block.shape)

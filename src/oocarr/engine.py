@@ -18,8 +18,11 @@ import numpy as np
 from .blocked import BlockedArray
 from .config import memory_budget_bytes
 from .errors import BudgetTooSmallError
+from .malloc import fix_mmap_threshold
 from .ops.base import BlockParallelOp, Plan, Region
 from .stats import IOCounts, record
+
+fix_mmap_threshold()
 
 __all__ = ["OOCAlgorithm", "Operand"]
 

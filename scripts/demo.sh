@@ -3,12 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PYTHON="${PYTHON:-$(command -v python3.11 || command -v python3)}"
-VENV="${OOCARR_VENV:-.venv}"
-
-if [ ! -x "$VENV/bin/python" ]; then
-    "$PYTHON" -m venv "$VENV"
-fi
-"$VENV/bin/python" -m pip install --quiet --upgrade pip
-"$VENV/bin/python" -m pip install --quiet -e .
+source scripts/venv.sh ""
 exec "$VENV/bin/python" scripts/demo.py "$@"

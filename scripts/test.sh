@@ -4,14 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PYTHON="${PYTHON:-$(command -v python3.11 || command -v python3)}"
-VENV="${OOCARR_VENV:-.venv}"
-
-if [ ! -x "$VENV/bin/python" ]; then
-    "$PYTHON" -m venv "$VENV"
-fi
-"$VENV/bin/python" -m pip install --quiet --upgrade pip
-"$VENV/bin/python" -m pip install --quiet -e ".[test]"
+source scripts/venv.sh "[test]"
 
 echo "== lint"
 "$VENV/bin/ruff" check src drivers tests scripts

@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 import textwrap
 
 import pytest
+
+from subprocess_rss import run_script
 
 SCRIPT = textwrap.dedent(
     """
     import json, sys
     import h5py, numpy as np
     import oocarr
-
-    def peak_rss():
-        # VmHWM restarts at exec; ru_maxrss would carry the parent's peak over fork and exec
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
 
     src, dst = sys.argv[1], sys.argv[2]
     rows, cols = 250_000, 128                       # 128 MB of float32
@@ -42,13 +35,7 @@ SCRIPT = textwrap.dedent(
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/self/status")
 def test_save_peak_memory_is_about_one_tile(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(tmp_path / "src.h5"), str(tmp_path)],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    report = json.loads(result.stdout.strip().splitlines()[-1])
+    report = run_script(SCRIPT, str(tmp_path / "src.h5"), str(tmp_path))
     assert report["first"] == 0.0 and report["last"] == float((250_000 - 1) // 8192 * 8192)
     growth = report["peak"] - report["baseline"]
     print(f"peak RSS growth {growth / 2**20:.1f} MiB copying {report['nbytes'] / 2**20:.0f} MiB")
@@ -83,12 +70,6 @@ READ_SCRIPT = textwrap.dedent(
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
 def test_memmap_reads_do_not_keep_file_pages_resident(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-c", READ_SCRIPT, str(tmp_path / "big.npy")],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    report = json.loads(result.stdout.strip().splitlines()[-1])
+    report = run_script(READ_SCRIPT, str(tmp_path / "big.npy"))
     assert report["total"] == 0.0
     assert report["growth"] < 16 * 2**20, f"file pages resident: {report['growth'] / 2**20} MiB"

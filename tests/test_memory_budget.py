@@ -7,14 +7,14 @@ Select these with ``-m memory``; they run in the default suite too.
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 import textwrap
 
 import h5py
 import numpy as np
 import pytest
+
+from subprocess_rss import run_script
 
 BUDGET = 32 * 10**6
 ROWS, COLS = 512 * 2**20 // 4 // 256, 256
@@ -24,13 +24,6 @@ SCRIPT = textwrap.dedent(
     import json, sys
     import jax, jax.numpy as jnp, numpy as np
     import oocarr
-
-    def peak_rss():
-        # VmHWM restarts at exec; ru_maxrss would carry the parent's peak over fork and exec
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
 
     x_url, y_url, which = sys.argv[1:4]
     tiny = oocarr.from_numpy(np.ones((4, 4), "f4"))
@@ -96,13 +89,7 @@ def test_peak_memory_stays_within_the_budget(inputs, which, request):
     driver = "memmap" if inputs[0].endswith(".npy") else "hdf5"
     if (driver, which) in OVER_BUDGET:
         request.applymarker(pytest.mark.xfail(reason=OVER_BUDGET[driver, which], strict=False))
-    result = subprocess.run(
-        [sys.executable, "-c", SCRIPT, *inputs, which, str(BUDGET)],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    report = json.loads(result.stdout.strip().splitlines()[-1])
+    report = run_script(SCRIPT, *inputs, which, str(BUDGET))
     assert np.isfinite(report["result"])
     growth = report["growth"]
     print(f"{which}: peak RSS {growth / 1e6:.1f} MB above baseline (budget {BUDGET / 1e6:.0f} MB)")

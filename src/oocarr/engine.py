@@ -9,7 +9,6 @@ memory (a NumPy array, broadcast like any other input).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import jax
@@ -226,8 +225,3 @@ def _accumulate(target: Any, region: Region, grad: np.ndarray, counts: IOCounts)
     else:
         view = target[region] if region else target
         view += grad.reshape(view.shape).astype(target.dtype, copy=False)
-
-
-def tile_bytes(plan: Plan, itemsize: int) -> int:
-    """Bytes of one output tile under ``plan`` (for statistics and tests)."""
-    return math.prod(plan.out_tile) * itemsize

@@ -37,9 +37,6 @@ class Elementwise(BlockParallelOp):
     def forward_block(self, *blocks: jax.Array) -> jax.Array:
         return type(self).fn(*blocks)
 
-    def min_tile_elems(self) -> int:
-        return 1
-
 
 def _op(name: str, fn) -> type[Elementwise]:
     return type(

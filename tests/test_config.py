@@ -44,3 +44,51 @@ def test_budget_default_setting_and_context():
     finally:
         oocarr.set_memory_budget(None)
     assert memory_budget_bytes() == default
+
+
+def test_scratch_can_be_any_driver_url(tmp_path):
+    import gc
+
+    import fsspec
+    import jax
+    import numpy as np
+
+    a = np.arange(24, dtype="f4").reshape(6, 4)
+    x = oocarr.save(a, str(tmp_path / "x.npy"))
+    memory = fsspec.filesystem("memory")
+    oocarr.set_memory_budget("1MB", scratch_dir="memory://oocarr-scratch-test")
+    try:
+        assert oocarr.config()["scratch_driver"] == "fsspec"
+        y, z = x * 2.0, oocarr.from_numpy(a)
+        g = jax.grad(lambda v: oocarr.sum(v * v))(x)
+        for array in (y, z, g):
+            assert array.locator.driver == "fsspec"
+            assert array.url.startswith("memory://oocarr-scratch-test/")
+        np.testing.assert_array_equal(np.asarray(y), a * 2)
+        np.testing.assert_array_equal(np.asarray(g), a * 2)
+        gc.collect()  # the intermediate v * v of the gradient's forward pass
+        assert len(memory.ls("/oocarr-scratch-test")) == 3
+        oocarr.get_driver("fsspec").delete(g.locator)
+        del y, z, g
+        gc.collect()
+        left = memory.find("/oocarr-scratch-test") if memory.exists("/oocarr-scratch-test") else []
+        assert left == []
+    finally:
+        oocarr.set_memory_budget(None)
+        oocarr.set_scratch_dir(None)
+    assert oocarr.config()["scratch_driver"] == "memmap"
+
+
+def test_scratch_driver_alone_keeps_the_directory(tmp_path):
+    import numpy as np
+
+    oocarr.set_memory_budget(None, scratch_dir=str(tmp_path), scratch_driver="hdf5")
+    try:
+        y = oocarr.from_numpy(np.ones(5, "f4")) + 1.0
+        assert y.locator.driver == "hdf5" and y.locator.url.startswith(str(tmp_path))
+        np.testing.assert_array_equal(np.asarray(y), np.full(5, 2.0))
+        del y
+    finally:
+        oocarr.set_scratch_dir(None)
+    with pytest.raises(errors.UnknownDriverError):
+        oocarr.set_memory_budget(None, scratch_driver="no-such-driver")

@@ -14,7 +14,7 @@ from .disk_array import DiskArray
 from .dtypes import as_dtype
 from .errors import UnknownDriverError
 from .locator import Locator, split_url
-from .scratch import scratch_path
+from .scratch import scratch_locator
 
 __all__ = ["resolve", "open", "create", "save", "from_numpy", "to_numpy"]
 
@@ -305,8 +305,9 @@ def from_numpy(
     array : array-like
         NumPy, JAX or anything ``np.asarray`` takes.
     url : str or Locator, optional
-        Where to store it; ``None`` writes a ``.npy`` file in scratch
-        storage that is deleted when the returned array is garbage collected.
+        Where to store it; ``None`` writes a scratch array (a ``.npy`` file
+        unless scratch is configured otherwise) that is deleted when the
+        returned array is garbage collected.
     **create_options
         Passed to :func:`save` (``chunks``, ``compression``, ``attrs``, ``mode`` ...).
 
@@ -320,6 +321,6 @@ def from_numpy(
     data = np.asarray(array)
     as_dtype(data.dtype)
     if url is None:
-        stored = save(data, scratch_path(".npy"), **create_options)
+        stored = save(data, scratch_locator(), **create_options)
         return DiskArray(stored.store, owned=True)
     return save(data, url, **create_options)

@@ -16,7 +16,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from .errors import InvalidArgumentError
-from .scratch import scratch_dir, set_scratch_dir
+from .scratch import scratch_dir, scratch_driver, set_scratch_dir
+
+current_scratch_dir = scratch_dir
 
 __all__ = ["parse_size", "set_memory_budget", "memory_budget", "memory_budget_bytes", "config"]
 
@@ -104,6 +106,7 @@ def set_memory_budget(
     size: int | str | None,
     *,
     scratch_dir: str | None = None,
+    scratch_driver: str | None = None,
     allow_tmpfs: bool = False,
 ) -> None:
     """Set the memory budget for every thread (``None`` restores the default).
@@ -113,7 +116,12 @@ def set_memory_budget(
     size : int, str or None
         Bytes, or text like ``"256MB"``.
     scratch_dir : str, optional
-        Also move scratch storage here (see :func:`oocarr.set_scratch_dir`).
+        Also move scratch storage here: a local directory or any URL a
+        driver reads, such as ``"memory://scratch"`` (see
+        :func:`oocarr.set_scratch_dir`).
+    scratch_driver : str, optional
+        The driver scratch arrays are written with (``"memmap"`` for a
+        directory and ``"fsspec"`` for a URL unless named).
     allow_tmpfs : bool
         Accept a RAM-backed scratch directory.
 
@@ -126,8 +134,12 @@ def set_memory_budget(
     """
     global _global_budget
     _global_budget = None if size is None else parse_size(size)
-    if scratch_dir is not None:
-        set_scratch_dir(scratch_dir, allow_ram=allow_tmpfs)
+    if scratch_dir is not None or scratch_driver is not None:
+        set_scratch_dir(
+            current_scratch_dir() if scratch_dir is None else scratch_dir,
+            allow_ram=allow_tmpfs,
+            driver=scratch_driver,
+        )
 
 
 @contextlib.contextmanager
@@ -157,7 +169,7 @@ def config() -> dict[str, Any]:
     Examples
     --------
     >>> sorted(config())
-    ['memory_budget', 'memory_budget_source', 'scratch_dir']
+    ['memory_budget', 'memory_budget_source', 'scratch_dir', 'scratch_driver']
     """
     if getattr(_local, "stack", None):
         source = "memory_budget() block"
@@ -169,4 +181,5 @@ def config() -> dict[str, Any]:
         "memory_budget": memory_budget_bytes(),
         "memory_budget_source": source,
         "scratch_dir": scratch_dir(),
+        "scratch_driver": scratch_driver(),
     }

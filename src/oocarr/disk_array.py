@@ -25,7 +25,7 @@ from . import registry
 from .blocked import BlockedArray
 from .dtypes import dtype_name
 from .locator import Locator
-from .scratch import scratch_dir, track
+from .scratch import scratch_locator
 
 __all__ = [
     "DiskArray",
@@ -67,11 +67,18 @@ class _Lifetime:
 
     def __init__(self, driver: type[BlockedArray], locator: Locator) -> None:
         weakref.finalize(self, _delete_owned, driver, locator)
+        self.dependents: set[Locator] = set()
+
+    def also_delete(self, locator: Locator) -> None:
+        """Delete the array at ``locator`` with this one (an eager gradient of an owned array)."""
+        if locator not in self.dependents:
+            self.dependents.add(locator)
+            weakref.finalize(self, _delete_owned, registry.get_driver(locator.driver), locator)
 
 
 def grad_locator(locator: Locator) -> Locator:
-    """Where the gradient of the array at ``locator`` is written: a scratch ``.npy`` file whose
-    name is derived from the locator, so a jitted training step compiles once.
+    """Where the gradient of the array at ``locator`` is written: a scratch array whose name is
+    derived from the locator, so a jitted training step compiles once.
 
     Examples
     --------
@@ -80,7 +87,7 @@ def grad_locator(locator: Locator) -> Locator:
     (True, 'memmap')
     """
     digest = hashlib.sha256(locator.to_json().encode()).hexdigest()[:24]
-    return Locator.make("memmap", track(f"{scratch_dir()}/grad-{digest}.npy"))
+    return scratch_locator(f"grad-{digest}")
 
 
 @dataclass(frozen=True)
@@ -201,6 +208,15 @@ class DiskArray:
         self._finalizer = _Lifetime(registry.get_driver(self._locator.driver), self._locator)
         if self._store is not None:
             self._store.__dict__["_lifetime"] = self._finalizer
+        return self
+
+    def _tied_to(self, primal: Any) -> DiskArray:
+        """When ``primal`` owns its storage, delete this array (its gradient) with it, and keep
+        it alive while this one is: eager gradients of intermediates then do not pile up."""
+        lifetime = getattr(primal, "_finalizer", None)
+        if isinstance(primal, DiskArray) and lifetime is not None:
+            lifetime.also_delete(self._locator)
+            self._finalizer = lifetime
         return self
 
     @property

@@ -9,43 +9,56 @@ memory (a NumPy array, broadcast like any other input).
 
 from __future__ import annotations
 
+import contextlib
+import math
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import jax
 import numpy as np
 
+from . import pages
 from .blocked import BlockedArray
 from .config import memory_budget_bytes
 from .errors import BudgetTooSmallError
 from .malloc import fix_mmap_threshold
-from .ops.base import BlockParallelOp, Plan, Region
+from .ops.base import BlockParallelOp, CustomOp, Plan, Region
 from .stats import IOCounts, record
 
 fix_mmap_threshold()
 
-__all__ = ["OOCAlgorithm", "Operand"]
+__all__ = ["OOCAlgorithm", "Operand", "CustomRun"]
 
 
 class Operand:
-    """One input of an op call as the engine reads it: stored or in memory."""
+    """One input of an op call as the engine reads it: stored or in memory.
+
+    A reader keeps its last block: consecutive steps that need the same
+    region (a row panel of ``A`` while a matmul walks ``B``, a broadcast
+    input) read it once.
+    """
 
     def __init__(self, value: BlockedArray | np.ndarray, counts: IOCounts | None = None) -> None:
         self.value = value
         self.stored = isinstance(value, BlockedArray)
         self.counts = counts
+        self._last: tuple[Region, np.ndarray] | None = None
 
     @property
     def shape(self) -> tuple[int, ...]:
         return tuple(self.value.shape)
 
     def read(self, region: Region) -> np.ndarray:
-        if self.stored:
-            block = self.value.read_region(region)
-            if self.counts is not None:
-                self.counts.bytes_read += block.nbytes
-                self.counts.pages_read += 1
-            return block
-        return np.asarray(self.value[region]) if region else np.asarray(self.value)
+        if not self.stored:
+            return np.asarray(self.value[region]) if region else np.asarray(self.value)
+        if self._last is not None and self._last[0] == region:
+            return self._last[1]
+        block = self.value.read_region(region)
+        if self.counts is not None:
+            self.counts.count_read(block.nbytes)
+        self._last = (region, block)
+        return block
 
 
 _JITTED: dict[tuple, tuple] = {}
@@ -60,8 +73,19 @@ def _jitted(op: BlockParallelOp) -> tuple:
     return fns
 
 
+#: Tile-sized buffers the engine adds to an op's own residency: the write-behind tile
+#: (prefetched input blocks are counted per input).
+WRITE_BEHIND_TILES = 1
+
+
 class OOCAlgorithm:
     """The tiled forward and backward loops of one op.
+
+    While a step computes, the next step's input blocks are read in a
+    background thread (prefetch), and a finished output tile is written in
+    another while the next tile computes (write-behind, one tile at a
+    time, so each output block has one writer).  The planner counts both
+    in the budget.
 
     Examples
     --------
@@ -72,28 +96,41 @@ class OOCAlgorithm:
     45.0
     """
 
-    def __init__(self, op: BlockParallelOp, site: str | None = None) -> None:
+    def __init__(self, op: BlockParallelOp | CustomOp, site: str | None = None) -> None:
         self.op = op
         self.site = site or op.name
         self.counts = IOCounts(calls=1)
-        self._forward, self._backward, self._combine = _jitted(op)
+        if not isinstance(op, CustomOp):
+            self._forward, self._backward, self._combine = _jitted(op)
 
     def _counted(self, operands: list[Operand]) -> list[Operand]:
         return [Operand(o.value, self.counts) for o in operands]
 
-    def plan(self, operands: list[Operand], itemsize: int) -> Plan:
-        """Tiles for this call, from the budget, the op's residency and the inputs' chunks."""
+    def residency(self, operands: list[Operand]) -> int:
+        """Tile-sized buffers resident at once: the op's own, plus prefetch and write-behind."""
+        prefetched = sum(o.stored for o in operands)
+        return self.op.residency + prefetched + WRITE_BEHIND_TILES
+
+    def budget_elems(self, operands: list[Operand], itemsize: int) -> int:
+        """Elements of one tile-sized buffer's share of the budget, scaled to the op's own
+        residency (what its ``plan`` divides by); raises when one tile does not fit."""
         budget = memory_budget_bytes()
-        need = self.op.residency * self.op.min_tile_elems() * itemsize
+        total = self.residency(operands)
+        need = total * self.op.min_tile_elems() * itemsize
         if need > budget:
             raise BudgetTooSmallError(
                 f"the memory budget of {budget} bytes cannot hold one tile of {self.op.name} "
-                f"({need} bytes); raise it with oocarr.set_memory_budget"
+                f"({need} bytes with prefetch and write-behind); raise it to at least {need} "
+                "bytes with oocarr.set_memory_budget"
             )
+        return budget // itemsize * self.op.residency // total
+
+    def plan(self, operands: list[Operand], itemsize: int) -> Plan:
+        """Tiles for this call, from the budget, the residency and the inputs' chunks."""
         chunks = next(
             (o.value.chunks for o in operands if o.stored and o.value.chunks is not None), None
         )
-        return self.op.plan(budget // itemsize, chunks)
+        return self.op.plan(self.budget_elems(operands, itemsize), chunks)
 
     def forward(
         self, operands: list[Operand], out: BlockedArray | np.ndarray | None = None
@@ -101,38 +138,58 @@ class OOCAlgorithm:
         """Compute the output into ``out`` (a store or an array); 0-d outputs are returned."""
         operands = self._counted(operands)
         itemsize = max([o.value.dtype.itemsize for o in operands] + [4])
-        plan = self.plan(operands, itemsize)
-        nominal = _Nominal(self.op, plan)
         try:
-            if isinstance(out, np.ndarray):
-                for region in self.op.out_regions(plan):
-                    out[region] = self._tile(operands, plan, nominal, region)
-                return out
-            for region in self.op.out_regions(plan):
-                tile = self._tile(operands, plan, nominal, region)
-                if out is None:
-                    return tile
-                self._write(out, region, tile.astype(out.dtype, copy=False))
-            return None
+            if isinstance(self.op, CustomOp):
+                run = CustomRun(self, operands, itemsize)
+                return run.forward(out)
+            plan = self.plan(operands, itemsize)
+            return self._forward_loop(operands, plan, out)
         finally:
             record(self.site, self.counts)
 
-    def _write(self, out: BlockedArray, region: Region, value: np.ndarray) -> None:
-        out.write_region(region, value)
-        self.counts.bytes_written += value.nbytes
-        self.counts.pages_written += 1
+    def _steps(self, plan: Plan) -> Iterator[tuple[Region, bool, tuple[Region, ...]]]:
+        """Every step in order: its output tile, whether it ends the tile, its input regions."""
+        for region in self.op.out_regions(plan):
+            previous = None
+            for in_regions in self.op.index_map(region, plan):
+                if previous is not None:
+                    yield region, False, previous
+                previous = in_regions
+            if previous is not None:
+                yield region, True, previous
 
-    def _tile(self, operands: list[Operand], plan: Plan, nominal: _Nominal, region: Region):
-        self.counts.tiles += 1
+    def _forward_loop(self, operands: list[Operand], plan: Plan, out: Any) -> np.ndarray | None:
+        nominal = _Nominal(self.op, plan)
+
+        def read(step):
+            return [o.read(r) for o, r in zip(operands, step[2])]
+
         acc = None
-        for in_regions in self.op.index_map(region, plan):
-            blocks = nominal.inputs([o.read(r) for o, r in zip(operands, in_regions)])
-            part = self._forward(*blocks)
-            acc = part if acc is None else self._combine(acc, part)
-            # Dispatch is asynchronous: without waiting, the input blocks of many steps stay
-            # alive in the queue and the tiles in memory are no longer bounded by the budget.
-            jax.block_until_ready(acc)
-        return nominal.crop(np.asarray(self.op.finish(acc)), region)
+        with _WriteBehind(self._write_tile, out) as writer:
+            for (region, last, _), blocks in _prefetched(self._steps(plan), read):
+                part = self._forward(*nominal.inputs(blocks))
+                acc = part if acc is None else self._combine(acc, part)
+                # Dispatch is asynchronous: without waiting, the input blocks of many steps stay
+                # alive in the queue and the tiles in memory are no longer bounded by the budget.
+                jax.block_until_ready(acc)
+                del blocks, part
+                if not last:
+                    continue
+                self.counts.tiles += 1
+                tile = nominal.crop(np.asarray(self.op.finish(acc)), region)
+                acc = None
+                if out is None:
+                    return tile
+                writer.submit(region, tile)
+        return out if isinstance(out, np.ndarray) else None
+
+    def _write_tile(self, out: Any, region: Region, tile: np.ndarray) -> None:
+        if isinstance(out, np.ndarray):
+            out[region] = tile
+            return
+        value = tile.astype(out.dtype, copy=False)
+        out.write_region(region, value)
+        self.counts.count_written(value.nbytes)
 
     def backward(
         self,
@@ -149,28 +206,231 @@ class OOCAlgorithm:
         """
         operands = self._counted(operands)
         itemsize = max([o.value.dtype.itemsize for o in operands] + [4])
-        plan = self.plan(operands, itemsize)
-        nominal = _Nominal(self.op, plan)
         g = g if isinstance(g, Operand) else Operand(np.asarray(g))
         g_operand = Operand(g.value, self.counts)
         out = None if out is None else Operand(out.value, self.counts)
         try:
-            self._backward_loop(operands, g_operand, targets, out, plan, nominal)
+            if isinstance(self.op, CustomOp):
+                run = CustomRun(self, operands, itemsize, g_operand, out, targets)
+                run.backward()
+                return
+            plan = self.plan([*operands, g_operand], itemsize)
+            self._backward_loop(operands, g_operand, targets, out, plan)
         finally:
             record(self.site + " (backward)", self.counts)
 
-    def _backward_loop(self, operands, g_operand, targets, out, plan, nominal) -> None:
-        for region in self.op.out_regions(plan):
-            self.counts.tiles += 1
-            g_tile = nominal.output(g_operand.read(region if g_operand.shape else ()))
-            extra = () if out is None else (nominal.output(out.read(region if out.shape else ())),)
-            for in_regions in self.op.index_map(region, plan):
-                raw = [o.read(r) for o, r in zip(operands, in_regions)]
-                grads = jax.block_until_ready(self._backward(g_tile, *extra, *nominal.inputs(raw)))
-                for target, r, grad, block in zip(targets, in_regions, grads, raw):
-                    if target is not None:
-                        grad = _crop_to(np.asarray(grad), block.shape)
-                        _accumulate(target, r, grad, self.counts)
+    def _backward_loop(self, operands, g_operand, targets, out, plan) -> None:
+        nominal = _Nominal(self.op, plan)
+        extra_operands = [] if out is None else [out]
+
+        def read(step):
+            region = step[0]
+            tiles = [o.read(region if o.shape else ()) for o in (g_operand, *extra_operands)]
+            return tiles, [o.read(r) for o, r in zip(operands, step[2])]
+
+        def accumulate(_, step, grads, shapes):
+            for target, r, grad, shape in zip(targets, step[2], grads, shapes):
+                if target is not None:
+                    _accumulate(target, r, _crop_to(np.asarray(grad), shape), self.counts)
+
+        with _WriteBehind(accumulate, None) as writer:
+            for step, (tiles, raw) in _prefetched(self._steps(plan), read):
+                if step[1]:
+                    self.counts.tiles += 1
+                tiles = [nominal.output(t) for t in tiles]
+                grads = jax.block_until_ready(self._backward(*tiles, *nominal.inputs(raw)))
+                writer.submit(step, grads, [b.shape for b in raw])
+                del tiles, raw, grads
+
+
+class CustomRun:
+    """What a :class:`~oocarr.ops.base.CustomOp` drives its loops with, for one call.
+
+    Attributes
+    ----------
+    inputs : list of Operand
+        The inputs; ``inputs[i].read(region)`` reads a block (the last block
+        of each input is kept, so reading the same region again is free).
+    g, out : Operand or None
+        In :meth:`~oocarr.ops.base.CustomOp.backward`: the output's
+        cotangent, and the forward output when the op ``needs_output``.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarr
+    >>> from oocarr.ops.softmax import Softmax
+    >>> x = oocarr.from_numpy(np.zeros((2, 4), "f4")).store
+    >>> out = np.empty((2, 4), "f4")
+    >>> OOCAlgorithm(Softmax((2, 4))).forward([Operand(x)], out)[0]
+    array([0.25, 0.25, 0.25, 0.25], dtype=float32)
+    """
+
+    def __init__(
+        self,
+        algo: OOCAlgorithm,
+        inputs: list[Operand],
+        itemsize: int,
+        g: Operand | None = None,
+        out: Operand | None = None,
+        targets: list[Any] | None = None,
+    ) -> None:
+        self._algo = algo
+        self.op = algo.op
+        self.inputs = inputs
+        self.itemsize = itemsize
+        self.g = g
+        self.out = out
+        self._targets = targets or []
+        self._writer: _WriteBehind | None = None
+
+    # -- planning ---------------------------------------------------------
+    def tile_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """A tile of an array of ``shape``: whole chunks of the first chunked input where they
+        fit, grown last axis first to one buffer's share of the budget."""
+        readers = [*self.inputs, *(o for o in (self.g, self.out) if o is not None)]
+        elems = self._algo.budget_elems(readers, self.itemsize) // self.op.residency
+        chunks = next(
+            (o.value.chunks for o in self.inputs if o.stored and o.value.chunks is not None), None
+        )
+        if chunks is not None and len(chunks) == len(shape):
+            tile = pages.grow_block(shape, 1, elems, base=chunks)
+            if math.prod(tile) <= elems:
+                return tile
+        return pages.grow_block(shape, 1, max(1, elems))
+
+    @staticmethod
+    def regions(shape: tuple[int, ...], tile: tuple[int, ...]) -> Iterator[Region]:
+        """The regions of ``shape`` cut in ``tile``s, in C order."""
+        grid = pages.grid_shape(shape, tile)
+        for index in np.ndindex(*grid) if grid else [()]:
+            yield pages.block_region(index, tile, shape)
+
+    # -- streaming ----------------------------------------------------------
+    def stream(
+        self, regions: Iterable[Region], operands: list[Operand]
+    ) -> Iterator[tuple[Region, list[np.ndarray]]]:
+        """``(region, [operand blocks])`` per region, the next region's blocks read in the
+        background while the caller computes."""
+        return _prefetched(regions, lambda r: [o.read(r) for o in operands])
+
+    def jit(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``jax.jit(fn)``, compiled once per op and parameters (keyed by ``fn``'s name)."""
+        key = (self.op.block_key, fn.__name__)
+        jitted = _JITTED.get(key)
+        if jitted is None:
+            jitted = _JITTED[key] = jax.jit(fn)
+        return jitted
+
+    @staticmethod
+    def pad(block: np.ndarray, shape: tuple[int, ...], value: float = 0.0) -> np.ndarray:
+        """``block`` padded with ``value`` to ``shape`` (so edge tiles reuse one compilation)."""
+        return _pad(block, tuple(shape), "constant", value)
+
+    @staticmethod
+    def crop(array: Any, region: Region) -> np.ndarray:
+        """``array`` cut back to the shape of ``region``."""
+        return _crop_to(np.asarray(array), tuple(r.stop - r.start for r in region))
+
+    # -- output -----------------------------------------------------------
+    def write(self, region: Region, tile: np.ndarray) -> None:
+        """Write one finished output tile (behind, while the next computes)."""
+        self._algo.counts.tiles += 1
+        self._writer.submit(region, np.asarray(tile))
+
+    def wants_grad(self, i: int) -> bool:
+        """Whether input ``i``'s gradient is needed."""
+        return i < len(self._targets) and self._targets[i] is not None
+
+    def accumulate(self, i: int, region: Region, grad: np.ndarray) -> None:
+        """Add ``grad`` to input ``i``'s gradient over ``region`` (behind, in order)."""
+        if self.wants_grad(i):
+            self._algo.counts.tiles += 1
+            self._writer.submit(i, region, np.asarray(grad))
+
+    def _add_grad(self, _: Any, i: int, region: Region, grad: np.ndarray) -> None:
+        _accumulate(self._targets[i], region, grad, self._algo.counts)
+
+    def forward(self, out: BlockedArray | np.ndarray | None) -> np.ndarray | None:
+        target = np.empty(self.op.output_shape, np.float64) if out is None else out
+        with _WriteBehind(self._algo._write_tile, target) as self._writer:
+            self.op.forward(self)
+        self._writer = None
+        if out is None:
+            return target
+        return out if isinstance(out, np.ndarray) else None
+
+    def backward(self) -> None:
+        with _WriteBehind(self._add_grad, None) as self._writer:
+            self.op.backward(self)
+        self._writer = None
+
+
+_END = object()
+
+
+def _prefetched(items: Iterable[Any], read: Callable[[Any], Any]) -> Iterator[tuple[Any, Any]]:
+    """``(item, read(item))`` for each item, reading the next item in a background thread
+    while the caller works on the current one (inline when there is only one)."""
+    items = iter(items)
+    current = next(items, _END)
+    if current is _END:
+        return
+    following = next(items, _END)
+    if following is _END:
+        yield current, read(current)
+        return
+    with ThreadPoolExecutor(1, thread_name_prefix="oocarr-read") as pool:
+        future: Future | None = pool.submit(read, current)
+        try:
+            while True:
+                value = future.result()
+                future = None if following is _END else pool.submit(read, following)
+                yield current, value
+                del value
+                if following is _END:
+                    return
+                current, following = following, next(items, _END)
+        finally:
+            if future is not None:
+                future.cancel()
+                with contextlib.suppress(BaseException):
+                    future.result()
+
+
+class _WriteBehind:
+    """Runs ``write(target, *args)`` in a background thread, one call at a time: each call
+    waits for the previous one, so at most one finished tile waits to be written."""
+
+    def __init__(self, write: Callable[..., None], target: Any) -> None:
+        self._write = write
+        self._target = target
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: Future | None = None
+
+    def submit(self, *args: Any) -> None:
+        self.wait()
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="oocarr-write")
+        self._pending = self._pool.submit(self._write, self._target, *args)
+
+    def wait(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def __enter__(self) -> _WriteBehind:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            if exc_type is None:
+                self.wait()
+            else:
+                with contextlib.suppress(BaseException):
+                    self.wait()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
 
 
 class _Nominal:
@@ -215,13 +475,11 @@ def _crop_to(array: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 def _accumulate(target: Any, region: Region, grad: np.ndarray, counts: IOCounts) -> None:
     if isinstance(target, BlockedArray):
         current = target.read_region(region)
-        counts.bytes_read += current.nbytes
-        counts.bytes_written += current.nbytes
-        counts.pages_read += 1
-        counts.pages_written += 1
+        counts.count_read(current.nbytes)
         target.write_region(
             region, (current + grad.reshape(current.shape)).astype(target.dtype, copy=False)
         )
+        counts.count_written(current.nbytes)
     else:
         view = target[region] if region else target
         view += grad.reshape(view.shape).astype(target.dtype, copy=False)

@@ -11,6 +11,8 @@ from .make_op import make_op, materialize, update
 from .ops.elementwise import BINARY, COMPARISON, UNARY, Where
 from .ops.matmul import Matmul
 from .ops.reductions import LogSumExp, Max, Mean, Min, Sum
+from .ops.slicing import Slice
+from .ops.softmax import Softmax
 from .ops.transpose import Transpose
 
 __all__ = [
@@ -22,6 +24,7 @@ __all__ = [
     "max",
     "min",
     "logsumexp",
+    "softmax",
     "where",
     "matmul",
     "transpose",
@@ -130,6 +133,38 @@ def logsumexp(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool 
     return _logsumexp(x, axis=axis, keepdims=keepdims)
 
 
+_softmax = make_op(Softmax)
+
+
+def softmax(x: Any, axis: int = -1) -> Any:
+    """``exp(x) / sum(exp(x), axis)``, like ``jax.nn.softmax``, streamed a panel of rows at a time.
+
+    Rows longer than a tile are handled in two passes (statistics, then
+    outputs); the gradient is exact.
+
+    Parameters
+    ----------
+    x : DiskArray or array-like
+        At least 1-d.
+    axis : int, default -1
+        The axis the probabilities sum to one over.
+
+    Returns
+    -------
+    DiskArray
+        In scratch storage, the shape of ``x``.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarr
+    >>> x = oocarr.from_numpy(np.log(np.array([[1.0, 3.0], [2.0, 2.0]], "f4")))
+    >>> np.asarray(oocarr.softmax(x)).round(4)
+    array([[0.25, 0.75],
+           [0.5 , 0.5 ]], dtype=float32)
+    """
+    return _softmax(x, axis=axis)
+
+
 def where(condition: Any, x: Any, y: Any) -> Any:
     """Elements of ``x`` where ``condition`` holds, else of ``y`` (NumPy broadcasting).
 
@@ -196,11 +231,15 @@ _OPERATORS = {
 }
 
 
+_slice = make_op(Slice)
+
+
 def _traced_getitem(x: Any, key: Any) -> Any:
-    raise NotImplementedError(
-        "slicing a DiskArray inside jax.jit or jax.grad is not supported yet; slice it "
-        "outside (x[2:10] is a view that costs nothing) and pass the view in"
-    )
+    """``x[key]`` on a traced ``DiskArray``: a tile-by-tile copy, differentiable."""
+    from .views import key_region
+
+    region = tuple(tuple(r) for r in key_region(key, tuple(x.shape)))
+    return _slice(x, region=region)
 
 
 def _install_operators() -> None:

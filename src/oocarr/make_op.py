@@ -28,15 +28,15 @@ from .disk_array import MARKER_DTYPE, DiskArray, DiskArrayType, is_disk, is_writ
 from .engine import OOCAlgorithm, Operand
 from .errors import ReadOnlyError, ShapeMismatchError
 from .locator import Locator
-from .ops.base import BlockParallelOp
-from .scratch import scratch_dir, scratch_path
+from .ops.base import BlockParallelOp, CustomOp
+from .scratch import scratch_dir, scratch_locator
 from .stats import call_site
 
 __all__ = ["make_op", "add_into", "zeros_at"]
 
 
 @functools.lru_cache(maxsize=1024)
-def _op_instance(op_class: type, shapes: tuple, params: tuple) -> BlockParallelOp:
+def _op_instance(op_class: type, shapes: tuple, params: tuple) -> BlockParallelOp | CustomOp:
     return op_class(*shapes, **dict(params))
 
 
@@ -48,7 +48,7 @@ def _freeze_params(params: dict[str, Any]) -> tuple:
 
 
 def _scratch_locator() -> Locator:
-    return Locator.make("memmap", scratch_path(".npy"))
+    return scratch_locator()
 
 
 def _check_writable(aval: DiskArrayType) -> None:
@@ -90,14 +90,16 @@ def _operands(avals: Sequence[Any], values: Sequence[Any]) -> list[Operand]:
 class Forward(VJPHiPrimitive):
     """One call of an op: inputs of any kind, output a ``DiskArray`` (or a 0-d array)."""
 
-    def __init__(self, op: BlockParallelOp, in_avals: tuple, out_aval: Any = None) -> None:
+    def __init__(
+        self, op: BlockParallelOp | CustomOp, in_avals: tuple, out_aval: Any = None
+    ) -> None:
         self.op = op
         self.in_avals = in_avals
         self.site = call_site(op.name)
         self.fresh_output = out_aval is None
         if out_aval is None:
             structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in in_avals]
-            dtype = jax.eval_shape(lambda *b: op.finish(op.forward_block(*b)), *structs).dtype
+            dtype = op.result_dtype(*structs)
             shape = op.output_shape
             out_aval = (
                 ShapedArray(shape, dtype)
@@ -264,9 +266,10 @@ class Backward(VJPHiPrimitive):
             ct = out_avals[i]
             if not isinstance(ct, DiskArrayType):
                 return value
-            return DiskArray._at(
+            out = DiskArray._at(
                 ct.locator, ct.shape, ct.dtype, value if traced else None, tangent=ct.tangent
             )
+            return out if traced else out._tied_to(inputs[i])
 
         traced = _is_traced(los)
         if traced:
@@ -294,13 +297,17 @@ def _as_argument(x: Any) -> Any:
     return jnp.asarray(x)
 
 
-def make_op(op_class: type[BlockParallelOp], doc: str | None = None) -> Callable[..., Any]:
+def make_op(
+    op_class: type[BlockParallelOp | CustomOp], doc: str | None = None
+) -> Callable[..., Any]:
     """Return the public, differentiable function of a block-level op.
 
     Parameters
     ----------
     op_class : type
-        A :class:`~oocarr.ops.base.BlockParallelOp` subclass.
+        A :class:`~oocarr.ops.base.BlockParallelOp` subclass (block math only), or a
+        :class:`~oocarr.ops.base.CustomOp` subclass (its own loops over a
+        :class:`~oocarr.engine.CustomRun`).
     doc : str, optional
         The returned function's docstring.
 

@@ -1,6 +1,8 @@
 """Scratch storage: where arrays without a URL (``from_numpy(x)``, op outputs, gradients) live.
 
-Scratch files are ``.npy`` files in one directory.  That directory is
+Scratch arrays are ``.npy`` files in one directory by default; they can
+instead be any driver's arrays under any URL (``memory://scratch`` with
+the ``fsspec`` driver, say).  The default directory is
 ``$OOCARR_SCRATCH_DIR`` when set, else ``oocarr-scratch-<user>`` in the
 system temporary directory, else (when that is RAM-backed, as ``/tmp`` is
 on some Linux systems) ``~/.cache/oocarr/scratch``.  A directory the user
@@ -16,11 +18,14 @@ import os
 import tempfile
 import threading
 import uuid
+from typing import Any
 
 from .errors import InvalidArgumentError
 
 __all__ = [
     "scratch_dir",
+    "scratch_driver",
+    "scratch_locator",
     "set_scratch_dir",
     "scratch_path",
     "is_ram_backed",
@@ -30,8 +35,9 @@ __all__ = [
 
 _RAM_FILESYSTEMS = {"tmpfs", "ramfs"}
 _lock = threading.Lock()
-_configured: tuple[str, bool] | None = None
+_configured: tuple[str, bool, str] | None = None
 _tracked: set[str] = set()
+_tracked_locators: set[Any] = set()
 _owner_pid = os.getpid()
 
 
@@ -60,25 +66,40 @@ def is_ram_backed(path: str) -> bool:
     return fstype in _RAM_FILESYSTEMS
 
 
-def set_scratch_dir(path: str | None, *, allow_ram: bool = False) -> None:
+def _is_url(path: str) -> bool:
+    return "://" in path and not path.startswith("file://")
+
+
+def set_scratch_dir(
+    path: str | None, *, allow_ram: bool = False, driver: str | None = None
+) -> None:
     """Use ``path`` for scratch arrays (``None`` restores the default).
 
     Parameters
     ----------
     path : str or None
-        A directory; created if missing.
+        A local directory (created if missing), or a URL such as
+        ``"memory://scratch"`` or ``"s3://bucket/scratch"``.
     allow_ram : bool
         Accept a RAM-backed directory (refused by default).
+    driver : str, optional
+        The driver scratch arrays are written with: ``"memmap"`` for a
+        local directory, ``"fsspec"`` (Zarr) for a URL, unless named.
 
     Raises
     ------
     InvalidArgumentError
         When ``path`` is RAM-backed and ``allow_ram`` is false.
+    UnknownDriverError
+        When ``driver`` is not registered.
 
     Examples
     --------
     >>> import tempfile
     >>> set_scratch_dir(tempfile.mkdtemp(), allow_ram=True)
+    >>> set_scratch_dir("memory://oocarr-doc-scratch")
+    >>> scratch_driver()
+    'fsspec'
     >>> set_scratch_dir(None)
     """
     global _configured
@@ -86,10 +107,19 @@ def set_scratch_dir(path: str | None, *, allow_ram: bool = False) -> None:
         with _lock:
             _configured = None
         return
-    path = os.path.abspath(os.path.expanduser(path))
-    _check_dir(path, allow_ram)
+    if driver is not None:
+        from .registry import get_driver
+
+        get_driver(driver)
+    if _is_url(path):
+        path = path.rstrip("/")
+        driver = driver or "fsspec"
+    else:
+        path = os.path.abspath(os.path.expanduser(path))
+        _check_dir(path, allow_ram)
+        driver = driver or "memmap"
     with _lock:
-        _configured = (path, allow_ram)
+        _configured = (path, allow_ram, driver)
 
 
 def _check_dir(path: str, allow_ram: bool) -> None:
@@ -115,7 +145,8 @@ def scratch_dir() -> str:
     with _lock:
         configured = _configured
     if configured is not None:
-        _check_dir(*configured)
+        if not _is_url(configured[0]):
+            _check_dir(*configured[:2])
         return configured[0]
     allow_ram = os.environ.get("OOCARR_SCRATCH_ALLOW_RAM", "") not in ("", "0")
     env = os.environ.get("OOCARR_SCRATCH_DIR")
@@ -135,6 +166,19 @@ def scratch_dir() -> str:
     return path
 
 
+def scratch_driver() -> str:
+    """The driver scratch arrays are written with (``"memmap"`` unless configured).
+
+    Examples
+    --------
+    >>> scratch_driver()
+    'memmap'
+    """
+    with _lock:
+        configured = _configured
+    return "memmap" if configured is None else configured[2]
+
+
 def scratch_path(suffix: str = ".npy") -> str:
     """A fresh, unused path in the scratch directory, removed when the process exits.
 
@@ -144,6 +188,36 @@ def scratch_path(suffix: str = ".npy") -> str:
     True
     """
     return track(os.path.join(scratch_dir(), f"{uuid.uuid4().hex}{suffix}"))
+
+
+def scratch_locator(stem: str | None = None) -> Any:
+    """The locator of a scratch array named ``stem`` (fresh when not given), written with
+    :func:`scratch_driver` and deleted at exit if still there.
+
+    Examples
+    --------
+    >>> loc = scratch_locator()
+    >>> loc.driver, loc.url.endswith(".npy")
+    ('memmap', True)
+    >>> scratch_locator("grad-1") == scratch_locator("grad-1")
+    True
+    """
+    from .errors import InvalidUrlError
+    from .registry import get_driver
+
+    cls = get_driver(scratch_driver())
+    name = (stem or uuid.uuid4().hex) + (cls.suffixes[0] if cls.suffixes else "")
+    container = f"{scratch_dir()}/{name}"
+    try:
+        locator = cls.locate(container, "")
+    except InvalidUrlError:  # a container format: the array is a named member of the file
+        locator = cls.locate(container, "/data")
+    if cls.name == "memmap":
+        track(locator.url)
+    else:
+        with _lock:
+            _tracked_locators.add(locator)
+    return locator
 
 
 def track(path: str) -> str:
@@ -163,6 +237,15 @@ def remove_tracked() -> None:
     with _lock:
         paths = list(_tracked)
         _tracked.clear()
+        locators = list(_tracked_locators)
+        _tracked_locators.clear()
+    for locator in locators:
+        from .registry import get_driver
+
+        try:
+            get_driver(locator.driver).delete(locator)
+        except Exception:  # noqa: BLE001 - best effort at exit; the storage may be gone
+            pass
     for path in paths:
         for candidate in (path, path + ".attrs.json"):
             try:

@@ -25,6 +25,9 @@ from dataclasses import dataclass, field
 __all__ = ["IOCounts", "IOStats", "io_stats", "record", "call_site"]
 
 
+_counts_lock = threading.Lock()
+
+
 @dataclass
 class IOCounts:
     """Counters of one call site (or of everything, in :attr:`IOStats.total`)."""
@@ -35,6 +38,18 @@ class IOCounts:
     pages_written: int = 0
     tiles: int = 0
     calls: int = 0
+
+    def count_read(self, nbytes: int) -> None:
+        """Count one page of ``nbytes`` read (safe from the engine's reader and writer threads)."""
+        with _counts_lock:
+            self.bytes_read += nbytes
+            self.pages_read += 1
+
+    def count_written(self, nbytes: int) -> None:
+        """Count one page of ``nbytes`` written."""
+        with _counts_lock:
+            self.bytes_written += nbytes
+            self.pages_written += 1
 
     def add(self, other: IOCounts) -> None:
         for name in self.__dataclass_fields__:

@@ -18,7 +18,25 @@ from .errors import InvalidArgumentError, InvalidUrlError
 from .locator import Locator
 from .regions import parse_key
 
-__all__ = ["RegionView", "view_locator"]
+__all__ = ["RegionView", "key_region", "view_locator"]
+
+
+def key_region(key: Any, shape: tuple[int, ...]) -> list[list]:
+    """``[start, stop, kept]`` per axis of ``shape`` for NumPy basic indexing with unit steps.
+
+    Examples
+    --------
+    >>> key_region((slice(2, 5), -1), (10, 4))
+    [[2, 5, True], [3, 4, False]]
+    """
+    sel = parse_key(key, shape)
+    keys = key if isinstance(key, tuple) else (key,)
+    if any(isinstance(k, slice) and k.step not in (None, 1) for k in keys):
+        raise InvalidArgumentError(
+            f"views take integers and unit-step slices, not {key!r}; read a strided selection "
+            "with x.store[key]"
+        )
+    return [[b.start, b.stop, not isinstance(p, int)] for b, p in zip(sel.bounds, sel.post)]
 
 
 def view_locator(base: Locator, shape: tuple[int, ...], key: Any) -> Locator:
@@ -30,14 +48,7 @@ def view_locator(base: Locator, shape: tuple[int, ...], key: Any) -> Locator:
     >>> loc.driver, loc.driver_kwargs["region"]
     ('view', [[2, 5, True], [1, 2, False]])
     """
-    sel = parse_key(key, shape)
-    keys = key if isinstance(key, tuple) else (key,)
-    if any(isinstance(k, slice) and k.step not in (None, 1) for k in keys):
-        raise InvalidArgumentError(
-            f"views take integers and unit-step slices, not {key!r}; read a strided selection "
-            "with x.store[key]"
-        )
-    region = [[b.start, b.stop, not isinstance(p, int)] for b, p in zip(sel.bounds, sel.post)]
+    region = key_region(key, shape)
     return Locator.make("view", base.to_json(), "", None, {"region": region})
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import pages
 
-__all__ = ["BlockParallelOp", "Plan", "Region"]
+__all__ = ["Op", "BlockParallelOp", "CustomOp", "Plan", "Region"]
 
 Region = tuple[slice, ...]
 
@@ -32,7 +32,52 @@ class Plan:
     extra: dict[str, int] = field(default_factory=dict)
 
 
-class BlockParallelOp:
+class Op:
+    """What every op says about a call: its inputs' shapes, parameters and output shape.
+
+    Parameters
+    ----------
+    *shapes : tuple of int
+        Shapes of the inputs (``()`` for scalars).
+    **params
+        The op's static parameters (``axis=``, ``keepdims=`` ...).
+    """
+
+    #: Name used in error messages and I/O statistics.
+    name: str = "op"
+    #: Tile-sized buffers resident at once (inputs, partial, accumulator, output).
+    residency: int = 3
+    #: The backward pass also reads the forward output (``(g, out, *blocks)`` for block ops).
+    needs_output: bool = False
+
+    def __init__(self, *shapes: Sequence[int], **params: Any) -> None:
+        self.in_shapes = tuple(tuple(int(n) for n in s) for s in shapes)
+        self.params = params
+        self.output_shape = self.compute_output_shape()
+
+    def compute_output_shape(self) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def min_tile_elems(self) -> int:
+        """Elements in the smallest tile this op can run with (for the budget check)."""
+        return 1
+
+    #: Whether the block functions depend on the input shapes (not just on the blocks').
+    shape_dependent: bool = False
+
+    @property
+    def key(self) -> tuple:
+        """Identity of this op call (input shapes and parameters)."""
+        return (type(self), self.in_shapes, tuple(sorted(self.params.items())))
+
+    @property
+    def block_key(self) -> tuple:
+        """What the jitted block functions depend on; calls that share it share compilations."""
+        shapes = self.in_shapes if self.shape_dependent else ()
+        return (type(self), shapes, tuple(sorted(self.params.items())))
+
+
+class BlockParallelOp(Op):
     """Base class of ops whose output tiles are computed independently.
 
     Subclasses set ``name`` and ``residency`` and implement
@@ -55,27 +100,13 @@ class BlockParallelOp:
     (4, 3)
     """
 
-    #: Name used in error messages and I/O statistics.
-    name: str = "op"
-    #: Tile-sized buffers resident at once (inputs, partial, accumulator, output).
-    residency: int = 3
     #: How edge blocks are padded to the full tile shape (``numpy.pad`` mode): zeros suit
     #: sums and products; elementwise ops repeat the edge so padding stays in their domain.
     pad_mode: str = "constant"
     #: The value ``"constant"`` padding uses (``-inf`` suits a maximum).
     pad_value: float = 0.0
-    #: ``backward_block`` takes the forward output's tile after ``g``: ``(g, out, *blocks)``.
-    needs_output: bool = False
-
-    def __init__(self, *shapes: Sequence[int], **params: Any) -> None:
-        self.in_shapes = tuple(tuple(int(n) for n in s) for s in shapes)
-        self.params = params
-        self.output_shape = self.compute_output_shape()
 
     # -- what subclasses define -------------------------------------------
-    def compute_output_shape(self) -> tuple[int, ...]:
-        raise NotImplementedError
-
     def index_map(self, out_region: Region, plan: Plan) -> Iterator[tuple[Region, ...]]:
         """For one output tile, the input regions of each contribution (one tuple per step)."""
         raise NotImplementedError
@@ -97,6 +128,12 @@ class BlockParallelOp:
         """Turn the accumulator into the output tile (identity by default)."""
         return acc
 
+    def result_dtype(self, *inputs: jax.ShapeDtypeStruct) -> np.dtype:
+        """The output's dtype for inputs of these shapes and dtypes (traced from the block math)."""
+        return np.dtype(
+            jax.eval_shape(lambda *b: self.finish(self.forward_block(*b)), *inputs).dtype
+        )
+
     # -- planning ---------------------------------------------------------
     def plan(self, budget_elems: int, chunks: tuple[int, ...] | None) -> Plan:
         """Output tiles of whole chunks (when given) grown to the budget's share of one tile."""
@@ -114,20 +151,39 @@ class BlockParallelOp:
         for index in np.ndindex(*grid) if grid else [()]:
             yield pages.block_region(index, plan.out_tile, self.output_shape)
 
-    def min_tile_elems(self) -> int:
-        """Elements in the smallest tile this op can run with (for the budget check)."""
-        return 1
 
-    #: Whether the block functions depend on the input shapes (not just on the blocks').
-    shape_dependent: bool = False
+class CustomOp(Op):
+    """Base class of ops that are not block-parallel: they drive their own loops.
 
-    @property
-    def key(self) -> tuple:
-        """Identity of this op call (input shapes and parameters)."""
-        return (type(self), self.in_shapes, tuple(sorted(self.params.items())))
+    A row softmax needs a whole row's statistics before it can write any of
+    the row's outputs; an op like that subclasses ``CustomOp`` and writes
+    :meth:`forward` and :meth:`backward` against a
+    :class:`~oocarr.engine.CustomRun`, which hands out tiles sized from the
+    budget (``residency`` tile-sized buffers, plus the engine's prefetch and
+    write-behind), streams blocks with prefetch, writes tiles behind,
+    accumulates gradients and compiles block functions once.  Everything
+    else (eager and traced calls, gradients' storage, docstrings) is what
+    :func:`oocarr.make_op` gives block-parallel ops.
 
-    @property
-    def block_key(self) -> tuple:
-        """What the jitted block functions depend on; calls that share it share compilations."""
-        shapes = self.in_shapes if self.shape_dependent else ()
-        return (type(self), shapes, tuple(sorted(self.params.items())))
+    Examples
+    --------
+    >>> from oocarr.ops.softmax import Softmax
+    >>> Softmax((4, 3), axis=-1).output_shape
+    (4, 3)
+    """
+
+    name = "custom"
+
+    def result_dtype(self, *inputs: jax.ShapeDtypeStruct) -> np.dtype:
+        """The output's dtype: the inputs' promoted to a floating type by default."""
+        dtype = jax.numpy.result_type(*(i.dtype for i in inputs))
+        return np.dtype(jax.numpy.promote_types(dtype, jax.numpy.float32))
+
+    def forward(self, run: Any) -> None:
+        """Read ``run.inputs`` and write every output tile with ``run.write``."""
+        raise NotImplementedError
+
+    def backward(self, run: Any) -> None:
+        """Read ``run.g`` (and ``run.out`` when ``needs_output``) and the inputs, and add each
+        input's gradient with ``run.accumulate``."""
+        raise NotImplementedError

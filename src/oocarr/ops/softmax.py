@@ -1,0 +1,112 @@
+"""Softmax over an axis: a :class:`~oocarr.ops.base.CustomOp`, since each output needs its whole
+row's statistics.
+
+Rows are walked in panels (a tile's extent on every other axis).  For each
+panel, a first pass over the axis keeps a running maximum and sum of
+exponentials, and a second pass writes ``exp(x - logsumexp)``; when a
+whole row fits in one tile the second pass reuses the block the first
+read.  The gradient is ``y * (g - sum(g * y))``, two passes over ``g`` and
+the forward output ``y`` per panel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..errors import InvalidArgumentError
+from .base import CustomOp, Region
+
+__all__ = ["Softmax"]
+
+
+class Softmax(CustomOp):
+    """``softmax(x, axis=-1)``: ``exp(x) / sum(exp(x), axis)``, computed stably."""
+
+    name = "softmax"
+    residency = 4  # input tile, its exponentials, the output tile, the panel's statistics
+    needs_output = True
+
+    def compute_output_shape(self) -> tuple[int, ...]:
+        (shape,) = self.in_shapes
+        axis = self.params.get("axis", -1)
+        if not shape:
+            raise InvalidArgumentError("softmax needs an array of at least 1 axis, got a 0-d one")
+        if not isinstance(axis, int) or not -len(shape) <= axis < len(shape):
+            raise InvalidArgumentError(
+                f"softmax axis {axis!r} is out of range for an array of {len(shape)} axes"
+            )
+        self.axis = axis % len(shape)
+        return shape
+
+    def _panels(self, run) -> Iterator[tuple[list[Region], tuple[int, ...]]]:
+        """Each panel's regions along the axis, and the (nominal) tile shape."""
+        shape, axis = self.output_shape, self.axis
+        tile = run.tile_shape(shape)
+        panel_shape = shape[:axis] + (1,) + shape[axis + 1 :]
+        panel_tile = tile[:axis] + (1,) + tile[axis + 1 :]
+        step = tile[axis]
+        for panel in run.regions(panel_shape, panel_tile):
+            yield (
+                [
+                    (
+                        *panel[:axis],
+                        slice(start, min(start + step, shape[axis])),
+                        *panel[axis + 1 :],
+                    )
+                    for start in range(0, shape[axis], step)
+                ],
+                tile,
+            )
+
+    # -- block math (compiled once per op) ----------------------------------
+    def _stats_block(self, m: jax.Array, s: jax.Array, block: jax.Array) -> tuple:
+        x = block.astype(m.dtype)
+        new_m = jnp.maximum(m, jnp.max(x, axis=self.axis, keepdims=True))
+        safe = jnp.where(jnp.isfinite(new_m), new_m, 0)
+        s = s * jnp.exp(m - safe) + jnp.sum(jnp.exp(x - safe), axis=self.axis, keepdims=True)
+        return new_m, s
+
+    def _normalize_block(self, block: jax.Array, m: jax.Array, s: jax.Array) -> jax.Array:
+        safe = jnp.where(jnp.isfinite(m), m, 0)
+        return jnp.exp(block.astype(m.dtype) - safe) / s
+
+    def _dot_block(self, acc: jax.Array, g: jax.Array, y: jax.Array) -> jax.Array:
+        return acc + jnp.sum(g.astype(acc.dtype) * y, axis=self.axis, keepdims=True)
+
+    def _grad_block(self, g: jax.Array, y: jax.Array, acc: jax.Array) -> jax.Array:
+        return y * (g.astype(acc.dtype) - acc)
+
+    # -- loops ------------------------------------------------------------
+    def _panel_buffer(self, tile: tuple[int, ...], dtype: np.dtype, value: float) -> np.ndarray:
+        shape = tile[: self.axis] + (1,) + tile[self.axis + 1 :]
+        return np.full(shape, value, dtype)
+
+    def forward(self, run) -> None:
+        dtype = np.result_type(run.inputs[0].value.dtype, np.float32)
+        stats, normalize = run.jit(self._stats_block), run.jit(self._normalize_block)
+        for columns, tile in self._panels(run):
+            m = self._panel_buffer(tile, dtype, -np.inf)
+            s = self._panel_buffer(tile, dtype, 0.0)
+            for _, (block,) in run.stream(columns, run.inputs):
+                m, s = jax.block_until_ready(stats(m, s, run.pad(block, tile, -np.inf)))
+            for region, (block,) in run.stream(columns, run.inputs):
+                y = normalize(run.pad(block, tile, -np.inf), m, s)
+                run.write(region, run.crop(y, region))
+
+    def backward(self, run) -> None:
+        if not run.wants_grad(0):
+            return
+        dtype = np.result_type(run.out.value.dtype, np.float32)
+        dot, grad = run.jit(self._dot_block), run.jit(self._grad_block)
+        for columns, tile in self._panels(run):
+            acc = self._panel_buffer(tile, dtype, 0.0)
+            for _, (g, y) in run.stream(columns, [run.g, run.out]):
+                acc = jax.block_until_ready(dot(acc, run.pad(g, tile), run.pad(y, tile)))
+            for region, (g, y) in run.stream(columns, [run.g, run.out]):
+                run.accumulate(
+                    0, region, run.crop(grad(run.pad(g, tile), run.pad(y, tile), acc), region)
+                )

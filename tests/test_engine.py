@@ -1,0 +1,87 @@
+"""The engine's loops: prefetch and write-behind threads, block reuse, the planner's budget."""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import numpy as np
+import pytest
+
+import oocarr
+from oocarr import engine, errors
+from oocarr.ops.matmul import Matmul
+
+
+def test_reads_run_ahead_and_writes_run_behind_in_their_own_threads(tmp_path, monkeypatch):
+    a = np.arange(600, dtype="f4").reshape(60, 10)
+    x = oocarr.save(a, str(tmp_path / "x.npy"))
+    readers, writers = set(), set()
+    read, write = engine.Operand.read, engine.OOCAlgorithm._write_tile
+
+    def recording_read(self, region):
+        readers.add(threading.current_thread().name.split("_")[0])
+        return read(self, region)
+
+    def recording_write(self, out, region, tile):
+        writers.add(threading.current_thread().name.split("_")[0])
+        return write(self, out, region, tile)
+
+    monkeypatch.setattr(engine.Operand, "read", recording_read)
+    monkeypatch.setattr(engine.OOCAlgorithm, "_write_tile", recording_write)
+    with oocarr.memory_budget(6 * 4 * 40):
+        y = x * 2.0 + 1.0
+    np.testing.assert_array_equal(np.asarray(y), a * 2.0 + 1.0)
+    assert readers == {"oocarr-read"}
+    assert writers == {"oocarr-write"}
+
+
+def test_a_read_error_in_the_background_reaches_the_caller_and_leaves_nothing(
+    tmp_path, monkeypatch
+):
+    a = np.ones((60, 10), "f4")
+    x = oocarr.save(a, str(tmp_path / "x.npy"))
+    out = tmp_path / "out.npy"
+    read = engine.Operand.read
+    calls = []
+
+    def failing(self, region):
+        calls.append(region)
+        if len(calls) == 4:
+            raise OSError("disk gone")
+        return read(self, region)
+
+    monkeypatch.setattr(engine.Operand, "read", failing)
+    with oocarr.memory_budget(6 * 4 * 40), pytest.raises(OSError, match="disk gone"):
+        oocarr.save(x * 2.0, str(out))
+    assert not out.exists()
+
+
+def test_matmul_reads_each_row_panel_of_a_once(tmp_path):
+    a = np.random.default_rng(0).random((64, 8), dtype="f4")
+    b = np.random.default_rng(1).random((8, 64), dtype="f4")
+    x, y = oocarr.save(a, str(tmp_path / "a.npy")), oocarr.save(b, str(tmp_path / "b.npy"))
+    budget = 4 * 16 * 16 * 9
+    with oocarr.memory_budget(budget), oocarr.io_stats() as stats:
+        got = x @ y
+    np.testing.assert_allclose(np.asarray(got), a @ b, rtol=1e-5)
+    operands = [engine.Operand(x.store), engine.Operand(y.store)]
+    with oocarr.memory_budget(budget):
+        plan = engine.OOCAlgorithm(Matmul((64, 8), (8, 64))).plan(operands, 4)
+    tm, tn = plan.out_tile
+    assert plan.extra["k"] == 8 and tn < 64, plan  # k in one step, several column tiles
+    (counts,) = [c for site, c in stats.by_site.items() if site.startswith("matmul")]
+    assert counts.bytes_read == a.nbytes + math.ceil(64 / tm) * b.nbytes
+
+
+def test_the_planner_counts_prefetch_and_write_behind_buffers(tmp_path):
+    x = oocarr.save(np.ones((10, 10), "f4"), str(tmp_path / "x.npy"))
+    # elementwise: 4 buffers of its own, one prefetched block per stored input, one written
+    residency = engine.OOCAlgorithm(oocarr.ops.elementwise.BINARY["add"]((10, 10), (10, 10)))
+    assert residency.residency([engine.Operand(x.store)] * 2) == 4 + 2 + 1
+    # x + 1.0: one stored input, so 4 + 1 + 1 buffers of one float32 element at least
+    with oocarr.memory_budget(4 * 6 - 1), pytest.raises(errors.BudgetTooSmallError) as info:
+        x + 1.0
+    assert "add" in str(info.value) and "at least 24 bytes" in str(info.value)
+    with oocarr.memory_budget(4 * 6):
+        np.testing.assert_array_equal(np.asarray(x + 1.0), np.full((10, 10), 2.0))

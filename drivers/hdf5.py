@@ -76,13 +76,13 @@ __all__ = ["HDF5Array"]
 
 #: Attribute listing the names of attributes stored as JSON text.
 JSON_ATTRS = "_oocarr_json"
-#: Pages whose chunks the chunk cache holds at once: the current one and the prefetched one.
-PAGES_IN_FLIGHT = 2
-#: Smallest chunk cache given to a chunked dataset (HDF5's own default).
-MIN_CHUNK_CACHE = 2**20
+#: Unfiltered chunks up to this size go through a chunk cache of one chunk, so each is read
+#: from the file in one piece rather than a row at a time; larger ones get no cache at all:
+#: HDF5 moves them straight between the file and the caller's buffer.
+CACHED_CHUNK_LIMIT = 2**20
 #: Upper bound on chunk-cache hash slots (each costs a pointer).
 MAX_CACHE_SLOTS = 2**20
-#: Evict fully read or written chunks first: pages stream through the cache once.
+#: Evict fully read or written chunks first: a chunk cut by a page boundary outlives them.
 CACHE_W0 = 1.0
 DEFAULT_GZIP_LEVEL = 4
 _LISTED = 20
@@ -360,16 +360,36 @@ def _next_prime(n: int) -> int:
 
 
 def _chunk_cache(
-    shape: tuple[int, ...], chunks: tuple[int, ...], itemsize: int, page: tuple[int, ...]
+    shape: tuple[int, ...],
+    chunks: tuple[int, ...],
+    itemsize: int,
+    page: tuple[int, ...],
+    filtered: bool,
 ) -> tuple[int, int]:
-    """``(nslots, nbytes)`` of a chunk cache holding every chunk of the pages in flight."""
-    per_page = 1
-    for s, c, p in zip(shape, chunks, page):
-        # A page that is not a whole number of chunks can straddle one more.
-        along = -(-p // c) + (1 if p % c else 0)
-        per_page *= max(1, min(along, -(-s // c)))
+    """``(nslots, nbytes)`` of the chunk cache of a chunked dataset read in ``page``s.
+
+    Reading a page touches each of its chunks once; only a chunk that a page
+    boundary cuts is needed again, by the neighbouring page, and only a
+    filtered chunk is costly to fetch twice (it is decompressed whole).  So a
+    filtered dataset gets room for one layer of chunks across a page (its
+    largest cross-section perpendicular to an axis the pages cut; at least
+    one chunk), and an unfiltered one room for a single chunk of up to
+    :data:`CACHED_CHUNK_LIMIT`, or none.  A larger cache would fill up with
+    chunks that are never read again: memory outside the engine's budget.
+    """
     chunk_bytes = max(1, math.prod(chunks) * itemsize)
-    nbytes = max(MIN_CHUNK_CACHE, PAGES_IN_FLIGHT * per_page * chunk_bytes)
+    if filtered:
+        along, cut = [], []
+        for s, c, p in zip(shape, chunks, page):
+            # A page that is not a whole number of chunks can straddle one more.
+            n = -(-p // c) + (1 if p % c else 0)
+            along.append(max(1, min(n, -(-s // c))))
+            cut.append(p < s)
+        per_page = math.prod(along)
+        layer = max((per_page // n for n, k in zip(along, cut) if k), default=1)
+        nbytes = layer * chunk_bytes
+    else:
+        nbytes = chunk_bytes if chunk_bytes <= CACHED_CHUNK_LIMIT else 0
     nslots = _next_prime(min(MAX_CACHE_SLOTS, 100 * max(1, nbytes // chunk_bytes)))
     return nslots, nbytes
 
@@ -695,6 +715,7 @@ class HDF5Array(BlockedArray):
         *,
         mode: str,
         compression: str | None,
+        filtered: bool | None = None,
         file_path: str | None = None,
         dataset_name: str | None = None,
         pending: bool = False,
@@ -705,6 +726,8 @@ class HDF5Array(BlockedArray):
         self._file_path = file_path or locator.url
         self._dataset_name = dataset_name or locator.path
         self._compression = compression
+        # Any filter (shuffle and checksums too) makes HDF5 pass every chunk through the cache.
+        self._filtered = compression is not None if filtered is None else filtered
         self._overwrite = overwrite
         self._handle: _Handle | None = None
 
@@ -774,6 +797,7 @@ class HDF5Array(BlockedArray):
                 dset.chunks,
                 mode=mode,
                 compression=_filters(dset),
+                filtered=dset.id.get_create_plist().get_nfilters() > 0,
             )
 
     # -- creating --------------------------------------------------------
@@ -908,7 +932,9 @@ class HDF5Array(BlockedArray):
     def _cache_spec(self) -> tuple[int, int] | None:
         if self._chunks is None:
             return None
-        return _chunk_cache(self._shape, self._chunks, self.itemsize, self.page_shape)
+        return _chunk_cache(
+            self._shape, self._chunks, self.itemsize, self.page_shape, self._filtered
+        )
 
     def _own_handle(self) -> _Handle:
         """This process's handle on the file (call with ``_LOCK`` held)."""
@@ -1069,9 +1095,75 @@ class HDF5Array(BlockedArray):
         """
         return self._compression
 
+    # -- listing and chunk counts -------------------------------------------
+    supports_listing = True
+
+    @classmethod
+    def list_arrays(cls, container, inner="", storage_options=None) -> list[dict[str, Any]]:
+        """The groups and datasets of a file (under ``inner``), parents first.
+
+        Examples
+        --------
+        >>> import h5py, numpy as np, tempfile, os
+        >>> path = os.path.join(tempfile.mkdtemp(), "data.h5")
+        >>> with h5py.File(path, "w") as f:
+        ...     _ = f.create_dataset("g/x", data=np.zeros((4, 2), "f4"), chunks=(2, 2))
+        >>> [(e["path"], e["kind"], e["shape"]) for e in HDF5Array.list_arrays(path)]
+        [('/g', 'group', None), ('/g/x', 'array', (4, 2))]
+        """
+        locator = cls.locate(container, inner or "/", storage_options)
+        path = locator.url
+        require_exists(os.path.isfile(path), locator, "file")
+        if not _is_hdf5(path):
+            raise corrupt(locator, "the file is not in HDF5 format")
+        with _borrowed(path, False, locator) as entry:
+            top = _lookup(entry.file, locator.path)
+            if top is None:
+                raise NotFoundError(
+                    f"no group or dataset {locator.path} in {path}; datasets in the file: "
+                    f"{_listing(_datasets(entry.file))}",
+                    url=locator.full_url,
+                )
+            if isinstance(top, h5py.Dataset):
+                return [_list_entry(path, top)]
+            found: list[dict[str, Any]] = []
+
+            def visit(_name: str, obj: Any) -> None:
+                if isinstance(obj, (h5py.Group, h5py.Dataset)) and not _is_temp(obj.name):
+                    found.append(_list_entry(path, obj))
+
+            top.visititems(visit)
+        return sorted(found, key=lambda e: e["path"].split("/"))
+
+    def initialized_chunks(self) -> tuple[int, int] | None:
+        """``(allocated, total)`` chunks of a chunked dataset (``None`` when contiguous)."""
+        total = self.chunk_count()
+        if total is None:
+            return None
+        with _LOCK:
+            try:
+                return int(self._dataset().id.get_num_chunks()), total
+            except (OSError, AttributeError):
+                return None
+
 
 def _remove(path: str) -> None:
     try:
         os.remove(path)
     except FileNotFoundError:
         pass
+
+
+def _list_entry(path: str, obj: Any) -> dict[str, Any]:
+    """One ``list_arrays`` entry for a group or dataset of the file at ``path``."""
+    entry = {"path": obj.name, "url": f"{path}#{obj.name}", "kind": "group"}
+    if isinstance(obj, h5py.Group):
+        return {**entry, "shape": None, "dtype": None, "chunks": None}
+    raw = obj.dtype
+    if raw.kind in "biufc":
+        dtype: Any = np.dtype(raw.str)
+    elif h5py.check_string_dtype(raw) is not None:
+        dtype = "string"
+    else:
+        dtype = f"unsupported {raw}"
+    return {**entry, "kind": "array", "shape": obj.shape, "dtype": dtype, "chunks": obj.chunks}

@@ -415,3 +415,56 @@ class MemmapArray(BlockedArray):
             return os.path.getsize(self._data_path)
         except OSError:
             return None
+
+    # -- listing ----------------------------------------------------------
+    supports_listing = True
+
+    @classmethod
+    def can_list(cls, container, storage_options) -> bool:
+        """A local ``.npy`` file or a local directory (of ``.npy`` files)."""
+        if not is_local(container):
+            return False
+        return os.path.isdir(normalize_container(container)) or super().can_open(
+            container, "", storage_options
+        )
+
+    @classmethod
+    def list_arrays(cls, container, inner="", storage_options=None) -> list[dict[str, Any]]:
+        """The ``.npy`` files of a directory (not recursive), or the one ``.npy`` file named.
+
+        Examples
+        --------
+        >>> import numpy as np, tempfile, os
+        >>> d = tempfile.mkdtemp()
+        >>> np.save(os.path.join(d, "b.npy"), np.zeros(3, ">i2"))
+        >>> [(e["path"], e["dtype"]) for e in MemmapArray.list_arrays(d)]
+        [('b.npy', dtype('>i2'))]
+        """
+        path = cls.locate(container, inner, storage_options).url
+        if os.path.isdir(path):
+            names = sorted(
+                n
+                for n in os.listdir(path)
+                if n.lower().endswith(".npy")
+                and not n.startswith(".")
+                and os.path.isfile(os.path.join(path, n))
+            )
+            return [_npy_entry(os.path.join(path, n), n) for n in names]
+        require_exists(os.path.isfile(path), Locator.make(cls.name, path), "file or directory")
+        return [_npy_entry(path, os.path.basename(path))]
+
+
+def _npy_entry(path: str, name: str) -> dict[str, Any]:
+    """One ``list_arrays`` entry for the ``.npy`` file at ``path``."""
+    try:
+        shape, _fortran, dtype, _offset = _npy_header(path)
+    except (ValueError, OSError, SyntaxError):
+        shape, dtype = None, "unreadable .npy header"
+    return {
+        "path": name,
+        "url": path,
+        "kind": "array",
+        "shape": None if shape is None else tuple(shape),
+        "dtype": dtype,
+        "chunks": None,
+    }

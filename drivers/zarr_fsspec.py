@@ -704,3 +704,92 @@ class ZarrArray(BlockedArray):
     @property
     def compression(self) -> str | None:
         return self._meta.codecs.compression
+
+    # -- listing and chunk counts ---------------------------------------------
+    supports_listing = True
+
+    @classmethod
+    def list_arrays(cls, container, inner="", storage_options=None) -> list[dict[str, Any]]:
+        """The groups and arrays of a Zarr v3 hierarchy (under ``inner``), parents first.
+
+        Examples
+        --------
+        >>> import numpy as np, tempfile, os, oocarr
+        >>> path = os.path.join(tempfile.mkdtemp(), "h.zarr")
+        >>> _ = oocarr.save(np.zeros((4, 2), "f4"), path + "#/g/x", chunks=(2, 2))
+        >>> [(e["path"], e["kind"], e["chunks"]) for e in ZarrArray.list_arrays(path)]
+        [('/g', 'group', None), ('/g/x', 'array', (2, 2))]
+        """
+        locator = cls.locate(container, inner, storage_options)
+        fs, base = _filesystem(locator)
+        prefix = cls._prefix_of(locator, base)
+        root = _cat_or_none(fs, _join(prefix, META_KEY))
+        if root is None:
+            if fs.exists(_join(prefix, ".zarray")) or fs.exists(_join(prefix, ".zgroup")):
+                raise InvalidStoreError(
+                    f"{locator.full_url} is Zarr v2, and oocarr reads Zarr v3 only; convert it "
+                    "with zarr-python (zarr_format=3)",
+                    url=locator.full_url,
+                )
+            require_exists(False, locator, "Zarr hierarchy (zarr.json)")
+        found: list[dict[str, Any]] = []
+        pending = [(prefix, locator.path.rstrip("/") or "", root)]
+        while pending:
+            node_prefix, path, raw = pending.pop()
+            node = Locator.make(cls.name, locator.url, path, storage_options)
+            doc = parse_document(raw, node)
+            if doc["node_type"] == "array":
+                found.append(_array_entry(doc, node))
+                continue
+            if path:
+                group = {"path": path, "url": node.full_url, "kind": "group"}
+                found.append(group | {"shape": None, "dtype": None, "chunks": None})
+            for child in _child_prefixes(fs, node_prefix):
+                raw = _cat_or_none(fs, _join(child, META_KEY))
+                if raw is not None:
+                    pending.append((child, f"{path}/{_split(child)[1]}", raw))
+        return sorted(found, key=lambda e: e["path"].split("/"))
+
+    def initialized_chunks(self) -> tuple[int, int] | None:
+        """``(stored, total)`` chunks: chunk keys present in the store out of the grid."""
+        fs, total = self._fs(), self.chunk_count()
+        try:
+            keys = fs.find(self._data_prefix)
+        except FileNotFoundError:
+            keys = []
+        stored = sum(
+            1 for k in keys if _split(k)[1] != META_KEY and not _split(k)[1].startswith(".")
+        )
+        return stored, total
+
+
+def _child_prefixes(fs: fsspec.AbstractFileSystem, prefix: str) -> list[str]:
+    """The sub-directories (or common prefixes) of ``prefix``, hidden ones left out."""
+    try:
+        entries = fs.ls(prefix, detail=True, refresh=True)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return sorted(
+        e["name"].rstrip("/")
+        for e in entries
+        if e.get("type") == "directory" and not _split(e["name"])[1].startswith(".")
+    )
+
+
+def _array_entry(doc: dict[str, Any], locator: Locator) -> dict[str, Any]:
+    """One ``list_arrays`` entry for an array document (raw fields when oocarr cannot read it)."""
+    entry = {"path": locator.path or "/", "url": locator.full_url, "kind": "array"}
+    try:
+        meta = parse_array(doc, locator)
+    except (InvalidStoreError, UnsupportedCompressionError):
+        grid = doc.get("chunk_grid")
+        chunks = (
+            grid.get("configuration", {}).get("chunk_shape") if isinstance(grid, dict) else None
+        )
+        shape = doc.get("shape")
+        return entry | {
+            "shape": tuple(shape) if isinstance(shape, list) else None,
+            "dtype": f"unsupported {doc.get('data_type')}",
+            "chunks": tuple(chunks) if isinstance(chunks, list) else None,
+        }
+    return entry | {"shape": meta.shape, "dtype": meta.dtype, "chunks": meta.chunks}

@@ -1,5 +1,6 @@
-"""The demo job: make a sample HDF5 dataset, open it with oocarr, convert it to the other
-drivers and back, check every copy against h5py tile by tile, and print what happened.
+"""The demo job: make a sample HDF5 dataset, open it with oocarr, list, inspect and convert it
+with the ``oocarr`` command, convert it to the other drivers and back, check every copy against
+h5py tile by tile, and print what happened.
 
 Run it through ``scripts/demo.sh`` (which installs oocarr first), or directly::
 
@@ -11,6 +12,8 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -103,6 +106,30 @@ def least_squares_gradient(path: str, name: str) -> None:
     )
 
 
+def run_cli(*args: str) -> None:
+    """Run the ``oocarr`` console script installed beside this Python and show its output."""
+    command = [os.path.join(os.path.dirname(sys.executable), "oocarr"), *args]
+    print(f"$ oocarr {' '.join(args)}", flush=True)
+    subprocess.run(command, check=True)
+
+
+def command_line_tour(source_path: str, name: str, workdir: str) -> None:
+    """The same dataset through the ``oocarr`` command: list, inspect, convert with a check."""
+    run_cli("ls", source_path)
+    run_cli("inspect", f"{source_path}#{name}")
+    run_cli(
+        "--memory",
+        "64MB",
+        "convert",
+        f"{source_path}#{name}",
+        os.path.join(workdir, "features-cli.zarr"),
+        "--compression",
+        "zstd",
+        "--overwrite",
+        "--verify",
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -129,6 +156,8 @@ def main() -> None:
         f"  {human(info['nbytes'])} logical, {human(info['stored_nbytes'])} stored, "
         f"attrs {info['attrs']}"
     )
+
+    command_line_tour(source_path, name, workdir)
 
     steps = [
         ("HDF5 -> .npy (memmap)", source, os.path.join(workdir, "features.npy"), {}),

@@ -84,3 +84,24 @@ class MemoryArray(BlockedArray):
 
     def _abort(self):
         _ARRAYS.pop(self._key, None)
+
+    supports_listing = True
+
+    @classmethod
+    def list_arrays(cls, container, inner="", storage_options=None):
+        """The committed arrays whose URL starts with ``container`` (every array for ``mem://``)."""
+        prefix = container.rstrip("/")
+        with _LOCK:
+            items = sorted((k, v) for k, v in _ARRAYS.items() if "\0" not in k)
+        return [
+            {
+                "path": key[len(prefix) :] or "/",
+                "url": key,
+                "kind": "array",
+                "shape": entry["data"].shape,
+                "dtype": entry["data"].dtype,
+                "chunks": entry["chunks"],
+            }
+            for key, entry in items
+            if key == prefix or key.startswith(prefix + "/")
+        ]

@@ -152,23 +152,89 @@ def test_page_shapes_are_whole_chunks(h5file):
     assert all(p % c == 0 or p == s for p, c, s in zip(store.page_shape, (7, 11), (20, 30)))
 
 
-def test_chunk_cache_holds_two_pages_of_chunks(tmp_path):
+def test_unfiltered_chunk_cache_holds_one_small_chunk_or_none(tmp_path):
     path = tmp_path / "c.h5"
     with h5py.File(path, "w") as f:
         f.create_dataset("x", shape=(4000, 4000), dtype="f8", chunks=(100, 100))
+        f.create_dataset("big", shape=(4096, 256), dtype="f4", chunks=(2048, 256))
     store = oocarr.open(f"{path}#/x").store.with_pages((400, 400))
     store.read_region((slice(0, 1), slice(0, 1)))
     nslots, nbytes, w0 = chunk_cache_of(store)
-    assert nbytes == 2 * 16 * 100 * 100 * 8 and nslots >= 100 * 32 and w0 == 1.0
-    wider = store.with_pages((400, 800))  # shares the dataset handle; its cache grows
+    # one chunk, so each is read from the file in one piece; pages never read one twice
+    assert nbytes == 100 * 100 * 8 and nslots >= 100 and w0 == 1.0
+    wider = store.with_pages((4000, 4000))
     wider.read_region((slice(0, 1), slice(0, 1)))
-    assert chunk_cache_of(wider)[1] == chunk_cache_of(store)[1] == 2 * nbytes
-    other = oocarr.open(f"{path}#/x").store.with_pages((100, 100))
-    assert chunk_cache_of(other)[1] == 2 * nbytes  # smaller pages keep the larger cache
-    # a page that is not a whole number of chunks can straddle one more per axis
-    assert hdf5_driver._chunk_cache((1000,), (100,), 8, (150,))[1] == 2**20
-    assert hdf5_driver._chunk_cache((10**7,), (10**5,), 8, (150000,))[1] == 2 * 3 * 800000
+    assert chunk_cache_of(wider)[1] == 100 * 100 * 8
+    big = oocarr.open(f"{path}#/big").store
+    big.read_region((slice(0, 1), slice(0, 1)))
+    assert chunk_cache_of(big)[1] == 0  # 2 MiB chunks go straight into the caller's buffer
+    np.testing.assert_array_equal(big[4000:], np.zeros((96, 256), "f4"))
+    big.close()
     store.close()
+
+
+def test_filtered_chunk_cache_holds_one_layer_of_chunks_across_a_page(tmp_path):
+    path = tmp_path / "c.h5"
+    chunk = 100 * 400 * 8
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", (4000, 4000), "f8", chunks=(100, 400), compression="gzip")
+        f.create_dataset("shuffled", (4000, 4000), "f8", chunks=(100, 400), shuffle=True)
+    store = oocarr.open(f"{path}#/x").store.with_pages((100, 400))
+    store.read_region((slice(0, 1), slice(0, 1)))
+    assert chunk_cache_of(store)[1] == chunk  # pages of one chunk share none; keep one
+    # pages of 4 x 10 chunks cut only axis 0: neighbours share a layer of 10 chunks
+    rows = store.with_pages((400, 4000))  # shares the dataset handle; its cache grows
+    rows.read_region((slice(0, 1), slice(0, 1)))
+    nslots, nbytes, w0 = chunk_cache_of(rows)
+    assert nbytes == 10 * chunk and nslots >= 100 * 10 and w0 == 1.0
+    assert chunk_cache_of(store)[1] == 10 * chunk
+    other = oocarr.open(f"{path}#/x").store.with_pages((100, 400))
+    assert chunk_cache_of(other)[1] == 10 * chunk  # smaller pages keep the larger cache
+    # shuffle alone is a filter (the store reports no compression) and gets the same cache
+    shuffled = oocarr.open(f"{path}#/shuffled").store.with_pages((400, 4000))
+    assert shuffled.compression is None and chunk_cache_of(shuffled)[1] == 10 * chunk
+    cache = hdf5_driver._chunk_cache
+    # a page that is not a whole number of chunks can straddle one more per axis
+    assert cache((10**4, 10**4), (1000, 1000), 8, (1500, 10**4), True)[1] == 10 * 8 * 10**6
+    assert cache((10**4, 10**4), (1000, 1000), 8, (1500, 2500), True)[1] == 4 * 8 * 10**6
+    assert cache((10**7,), (10**5,), 8, (150000,), True)[1] == 8 * 10**5
+    assert cache((1000,), (100,), 8, (1000,), True)[1] == 800  # one page: nothing shared
+    # without filters: one chunk up to 1 MiB, none above
+    assert cache((10**4, 10**4), (1000, 1000), 8, (1500, 10**4), False)[1] == 0
+    assert cache((10**4,), (2**17,), 8, (2**17,), False)[1] == 2**20
+    for s in (store, rows, other, shuffled):
+        s.close()
+
+
+READ_SCRIPT = """
+import json, sys
+import numpy as np
+import oocarr
+
+store = oocarr.open(sys.argv[1]).store
+out = np.ones(store.page_shape, store.dtype)  # touched before the baseline
+store.read_block((0, 0), out=out)
+baseline = peak_rss()
+for index in store.block_grid():
+    store.read_block(index, out=out[: store.block_shape(index)[0]])
+print(json.dumps({"growth": peak_rss() - baseline, "page": out.nbytes}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_streaming_unfiltered_chunks_costs_no_chunk_cache_memory(tmp_path):
+    from subprocess_rss import run_script
+
+    path = tmp_path / "big.h5"
+    with h5py.File(path, "w") as f:  # 64 MiB in 2 MiB chunks, read in 8 MiB pages
+        x = f.create_dataset("x", (65536, 256), "f4", chunks=(2048, 256))
+        for start in range(0, 65536, 8192):
+            x[start : start + 8192] = np.float32(start)
+    report = run_script(READ_SCRIPT, f"{path}#/x")
+    assert report["page"] == 8 * 2**20
+    # chunks go straight from the file into the page buffer; a cache sized for pages would
+    # have kept 16 MiB of chunks that are never read again
+    assert report["growth"] < 2**20, f"reading pages grew RSS by {report['growth']} bytes"
 
 
 # ----------------------------------------------------------------------

@@ -11,7 +11,7 @@ array([4., 5., 6., 7.])
 
 from importlib.metadata import PackageNotFoundError, version
 
-from . import errors
+from . import errors, optim  # optim imports optax only when used
 from .api import create, from_numpy, open, resolve, save, to_numpy
 from .blocked import BlockedArray
 from .config import config, memory_budget, set_memory_budget
@@ -42,6 +42,7 @@ __all__ = [
     "available_drivers",
     "create",
     "errors",
+    "optim",
     "from_numpy",
     "get_driver",
     "open",

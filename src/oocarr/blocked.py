@@ -157,6 +157,8 @@ class BlockedArray(abc.ABC):
     supports_attrs: ClassVar[bool] = True
     #: The format stores arrays in chunks (``create`` accepts ``chunks=``).
     supports_chunks: ClassVar[bool] = True
+    #: The driver can list the arrays in a container (:meth:`list_arrays`).
+    supports_listing: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -834,6 +836,87 @@ class BlockedArray(abc.ABC):
             f"<{type(self).__name__} {self.url!r} shape={self._shape} "
             f"dtype={dtype_name(self._dtype)} {chunks} mode={self._mode!r}{state}>"
         )
+
+    # ------------------------------------------------------------------
+    # Optional: listing a container and counting initialised chunks
+    # ------------------------------------------------------------------
+    @classmethod
+    def can_list(cls, container: str, storage_options: Mapping[str, Any]) -> bool:
+        """Whether this driver claims ``container`` for :meth:`list_arrays` when none is named.
+
+        Default: drivers with ``supports_listing`` claim what :meth:`can_open` claims.
+        """
+        return cls.supports_listing and cls.can_open(container, "", storage_options)
+
+    @classmethod
+    def list_arrays(
+        cls,
+        container: str,
+        inner: str = "",
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> list[dict[str, Any]]:
+        """The arrays (and groups) in ``container``, under ``inner`` when given.
+
+        Each entry is a dict with ``path`` (inside the container, ``"/"``
+        for an array that is the container itself, or a file name), ``url``
+        (what :func:`oocarr.open` takes), ``kind`` (``"array"`` or
+        ``"group"``), and for arrays ``shape`` (tuple), ``dtype`` (a NumPy
+        dtype, or a short text for a type oocarr cannot read) and ``chunks``
+        (tuple or ``None``); groups have ``None`` there.  Parents come before
+        their members.  Drivers that can list set ``supports_listing``.
+
+        Raises
+        ------
+        InvalidArgumentError
+            By default: the driver cannot list containers.
+        NotFoundError
+            When the container (or ``inner`` in it) does not exist.
+
+        Examples
+        --------
+        >>> import tempfile, os, numpy as np
+        >>> from oocarr.registry import get_driver
+        >>> d = tempfile.mkdtemp()
+        >>> np.save(os.path.join(d, "a.npy"), np.zeros((2, 3), "f4"))
+        >>> [(e["path"], e["shape"]) for e in get_driver("memmap").list_arrays(d)]
+        [('a.npy', (2, 3))]
+        """
+        raise InvalidArgumentError(
+            f"the {cls.name} driver cannot list the arrays in {container}; open an array by "
+            "its full URL instead (or pass another driver)",
+            url=container,
+        )
+
+    def initialized_chunks(self) -> tuple[int, int] | None:
+        """``(written, total)`` storage chunks, or ``None`` where the format cannot tell.
+
+        Chunked formats allocate a chunk when it is first written; a chunk
+        never written reads as the fill value.
+
+        Examples
+        --------
+        >>> import tempfile, os, oocarr
+        >>> path = os.path.join(tempfile.mkdtemp(), "a.zarr")
+        >>> with oocarr.create(path, (4,), "f4", chunks=(2,)).store as s:
+        ...     s[0:2] = 1
+        >>> oocarr.open(path).store.initialized_chunks()
+        (1, 2)
+        """
+        return None
+
+    def chunk_count(self) -> int | None:
+        """Number of storage chunks in the chunk grid (``None`` for contiguous storage).
+
+        Examples
+        --------
+        >>> import tempfile, os, oocarr
+        >>> path = os.path.join(tempfile.mkdtemp(), "a.zarr")
+        >>> oocarr.save([1, 2, 3, 4, 5], path, chunks=(2,)).store.chunk_count()
+        3
+        """
+        if self._chunks is None:
+            return None
+        return math.prod(pages.grid_shape(self._shape, self._chunks))
 
 
 def require_exists(found: bool, locator: Locator, what: str = "array") -> None:

@@ -351,6 +351,7 @@ class CustomRun:
         _accumulate(self._targets[i], region, grad, self._algo.counts)
 
     def forward(self, out: BlockedArray | np.ndarray | None) -> np.ndarray | None:
+        """Run the op's forward loops, writing into ``out`` (a new array when ``None``)."""
         target = np.empty(self.op.output_shape, np.float64) if out is None else out
         with _WriteBehind(self._algo._write_tile, target) as self._writer:
             self.op.forward(self)
@@ -360,6 +361,7 @@ class CustomRun:
         return out if isinstance(out, np.ndarray) else None
 
     def backward(self) -> None:
+        """Run the op's backward loops, adding into the gradient targets."""
         with _WriteBehind(self._add_grad, None) as self._writer:
             self.op.backward(self)
         self._writer = None

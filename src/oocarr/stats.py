@@ -91,6 +91,15 @@ def io_stats() -> Iterator[IOStats]:
     ------
     IOStats
         Filled in as ops run; read it after the block.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarr
+    >>> x = oocarr.from_numpy(np.ones((10, 10), "f4"))
+    >>> with oocarr.io_stats() as stats:
+    ...     y = x * 2.0
+    >>> stats.total.bytes_read, stats.total.bytes_written
+    (400, 400)
     """
     stats = IOStats()
     with _lock:

@@ -1,0 +1,232 @@
+"""Settings shared by every command: the memory budget, storage options, driver, quiet.
+
+They are accepted before the command (``oocarr --memory 64MB convert ...``)
+and after it (``oocarr convert --memory 64MB ...``); the later one wins.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+
+import oocarr
+from oocarr.config import parse_size
+from oocarr.errors import InvalidArgumentError
+from oocarr.interface import BlockedArray
+from oocarr.locator import is_local
+
+from .errors import reported
+
+__all__ = [
+    "Settings",
+    "global_options",
+    "pass_settings",
+    "parse_storage_options",
+    "parse_chunks",
+]
+
+
+@dataclass
+class Settings:
+    """What the global options set; one instance per invocation (``click``'s ``ctx.obj``).
+
+    ``open`` opens a (source) URL with them.
+
+    Examples
+    --------
+    >>> s = Settings(storage_options={"anon": True})
+    >>> s.options_for("s3://bucket/a.zarr"), s.options_for("/tmp/a.zarr")
+    ({'anon': True}, None)
+    """
+
+    memory: int | None = None
+    storage_options: dict[str, Any] = field(default_factory=dict)
+    driver: str | None = None
+    driver_options: dict[str, Any] = field(default_factory=dict)
+    quiet: bool = False
+
+    def open(self, url: str) -> BlockedArray:
+        """The array at ``url``, opened read-only with the driver, storage and driver options."""
+        return oocarr.open(
+            url,
+            driver=self.driver,
+            storage_options=self.options_for(url),
+            **self.driver_options,
+        ).store
+
+    def options_for(self, url: str) -> dict[str, Any] | None:
+        """The storage options for ``url``: the given ones for a URL with a protocol, else none."""
+        if not self.storage_options or is_local(url.partition("#")[0]):
+            return None
+        return dict(self.storage_options)
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[None]:
+        """Run a command body: errors become one-line messages; the budget is in force."""
+        with reported():
+            if self.memory is None:
+                yield
+            else:
+                with oocarr.memory_budget(self.memory):
+                    yield
+
+
+#: Decorator passing the invocation's :class:`Settings` as the command's first argument.
+pass_settings = click.make_pass_decorator(Settings, ensure=True)
+
+
+def parse_storage_options(values: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    """Merge ``key=value`` pairs and JSON objects into one dict (values read as JSON when they are).
+
+    Examples
+    --------
+    >>> parse_storage_options(["anon=true", "client_kwargs={\\"region_name\\": \\"eu\\"}"])
+    {'anon': True, 'client_kwargs': {'region_name': 'eu'}}
+    >>> parse_storage_options(['{"key": "k", "secret": "s"}', "key=other"])
+    {'key': 'other', 'secret': 's'}
+    """
+    out: dict[str, Any] = {}
+    for text in values:
+        text = text.strip()
+        if text.startswith("{"):
+            try:
+                value = json.loads(text)
+            except ValueError as err:
+                raise click.BadParameter(f"{text!r} is not a JSON object ({err})") from None
+            if not isinstance(value, dict):
+                raise click.BadParameter(f"{text!r} is not a JSON object")
+            out.update(value)
+            continue
+        key, sep, raw = text.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(
+                f"{text!r} is neither KEY=VALUE nor a JSON object; write e.g. anon=true"
+            )
+        try:
+            out[key.strip()] = json.loads(raw)
+        except ValueError:
+            out[key.strip()] = raw
+    return out
+
+
+def parse_chunks(text: str | None) -> tuple[int, ...] | str | None:
+    """``--chunks``: ``None`` or ``"source"`` (keep the source's), ``"auto"``, or ``"64,128"``.
+
+    Examples
+    --------
+    >>> parse_chunks("64,128"), parse_chunks("auto"), parse_chunks(None)
+    ((64, 128), 'auto', 'source')
+    """
+    if text is None or text.strip().lower() == "source":
+        return "source"
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        chunks = tuple(int(part) for part in text.replace("x", ",").split(",") if part.strip())
+    except ValueError:
+        chunks = ()
+    if not chunks or any(c < 1 for c in chunks):
+        raise click.BadParameter(
+            f"{text!r} is not a chunk shape; write positive integers like 1000,64, or "
+            "'source' or 'auto'"
+        )
+    return chunks
+
+
+def _setter(name: str, convert: Callable[[Any], Any]) -> Callable[..., None]:
+    """An option callback that stores a given (non-default) value in the invocation's settings."""
+
+    def store(ctx: click.Context, _param: click.Parameter, value: Any) -> None:
+        if value is None or value == () or value is False:
+            return
+        settings = ctx.ensure_object(Settings)
+        try:
+            converted = convert(value)
+        except InvalidArgumentError as err:
+            raise click.BadParameter(str(err)) from None
+        if name in ("storage_options", "driver_options"):
+            getattr(settings, name).update(converted)
+        else:
+            setattr(settings, name, converted)
+
+    return store
+
+
+def _shared(field_name: str, convert: Callable[[Any], Any], *decls: str, **kwargs: Any):
+    """A global option: not passed to the command, stored in the settings when given."""
+    return click.option(*decls, expose_value=False, callback=_setter(field_name, convert), **kwargs)
+
+
+_OPTIONS = [
+    _shared(
+        "memory",
+        parse_size,
+        "--memory",
+        "-m",
+        metavar="SIZE",
+        help="Memory budget for tiles, e.g. 256MB or 2GiB (default: 1/8 of available memory, "
+        "64 MB to 2 GB).",
+    ),
+    _shared(
+        "storage_options",
+        parse_storage_options,
+        "--storage-options",
+        "-o",
+        metavar="KEY=VALUE|JSON",
+        multiple=True,
+        help="fsspec storage options for URLs with a protocol (s3://, memory:// ...); "
+        "repeat, or give one JSON object. Values are read as JSON when they parse.",
+    ),
+    _shared(
+        "driver",
+        str,
+        "--driver",
+        "-d",
+        metavar="NAME",
+        help="Driver to open the (source) URL with, instead of inferring it from the suffix.",
+    ),
+    _shared(
+        "driver_options",
+        parse_storage_options,
+        "--driver-option",
+        "-O",
+        metavar="KEY=VALUE",
+        multiple=True,
+        help="Driver option for the (source) URL, e.g. shape=[1000,64] and dtype=float32 for "
+        "a raw binary file; repeat for several.",
+    ),
+    _shared(
+        "quiet",
+        bool,
+        "--quiet",
+        "-q",
+        is_flag=True,
+        default=False,
+        help="No progress bar and no summary line.",
+    ),
+]
+
+
+def global_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Add the shared options (``--memory``, ``--storage-options``, ``--driver``,
+    ``--driver-option``, ``--quiet``).
+
+    Examples
+    --------
+    >>> @click.command()
+    ... @global_options
+    ... @pass_settings
+    ... def show(settings):
+    ...     click.echo(settings.memory)
+    >>> from click.testing import CliRunner
+    >>> CliRunner().invoke(show, ["--memory", "1MB"]).output
+    '1000000\\n'
+    """
+    for option in reversed(_OPTIONS):
+        command = option(command)
+    return command

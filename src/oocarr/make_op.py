@@ -24,6 +24,7 @@ from jax.experimental.hijax import ShapedArray, VJPHiPrimitive, Zero
 
 from . import registry
 from .blocked import BlockedArray
+from .config import memory_budget, memory_budget_bytes
 from .disk_array import MARKER_DTYPE, DiskArray, DiskArrayType, is_disk, is_writable
 from .engine import OOCAlgorithm, Operand
 from .errors import ReadOnlyError, ShapeMismatchError
@@ -59,6 +60,20 @@ def _check_writable(aval: DiskArrayType) -> None:
         f"{locator.full_url} was not opened for writing; open it with mode='r+' to update it",
         url=locator.full_url,
     )
+
+
+def _with_budget(budget: int) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Run the wrapped loop under ``budget``, whichever thread calls it."""
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def run(*args: Any) -> Any:
+            with memory_budget(budget):
+                return fn(*args)
+
+        return run
+
+    return wrap
 
 
 def _is_traced(values: Sequence[Any]) -> bool:
@@ -117,7 +132,10 @@ class Forward(VJPHiPrimitive):
     def expand(self, *args: Any) -> Any:
         los = [_lo(x) for x in args]
         in_avals, out_aval, op, site = self.in_avals, self.out_aval, self.op, self.site
+        # Callbacks run in XLA's threads: use the budget in force where the op was called.
+        budget = memory_budget_bytes()
 
+        @_with_budget(budget)
         def run(*values: Any) -> Any:
             operands = _operands(in_avals, values)
             algo = OOCAlgorithm(op, site)
@@ -221,7 +239,9 @@ class Backward(VJPHiPrimitive):
         g_aval = self.in_avals[n]
 
         out_aval = fwd.out_aval if fwd.op.needs_output else None
+        budget = memory_budget_bytes()
 
+        @_with_budget(budget)
         def run(*values: Any) -> tuple:
             operands = _operands(in_avals, values[:n])
             g_operand = _operands([g_aval], [values[n]])[0]

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 
@@ -124,3 +125,36 @@ def test_a_scratch_array_lives_as_long_as_its_store_or_views():
     del view
     gc.collect()
     assert not os.path.exists(path)
+
+
+def test_an_owned_array_rebound_by_update_keeps_its_storage():
+    w = oocarr.from_numpy(np.zeros(4, np.float32))
+    path = w.locator.url
+    for _ in range(3):
+        w = oocarr.update(w, w + 1.0)  # the old handle is dropped here
+        gc.collect()
+    assert np.array_equal(np.asarray(w), np.full(4, 3.0, np.float32))
+    step = jax.jit(lambda v: oocarr.update(v, v * 2.0))
+    w = step(w)
+    gc.collect()
+    assert np.array_equal(np.asarray(w), np.full(4, 6.0, np.float32))
+    del w
+    gc.collect()
+    assert not os.path.exists(path)
+
+
+def test_reading_a_jitted_result_waits_for_its_callback(monkeypatch):
+    import time
+
+    from oocarr.engine import OOCAlgorithm
+
+    slow_write = OOCAlgorithm._write_tile
+
+    def write_later(self, *args, **kwargs):
+        time.sleep(0.3)
+        return slow_write(self, *args, **kwargs)
+
+    monkeypatch.setattr(OOCAlgorithm, "_write_tile", write_later)
+    x = oocarr.from_numpy(np.arange(8.0, dtype=np.float32))
+    y = jax.jit(lambda v: v * 3.0)(x)
+    assert np.array_equal(np.asarray(y), np.arange(8.0, dtype=np.float32) * 3.0)

@@ -35,6 +35,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from . import pages
+from .buffers import aligned_empty
 from .compression import Compression, parse_compression
 from .dtypes import as_dtype, byte_order, dtype_name
 from .errors import (
@@ -623,7 +624,7 @@ class BlockedArray(abc.ABC):
         region = check_region(region, self._shape, self.url)
         rshape = pages.region_shape(region)
         if out is None:
-            out = np.empty(rshape, dtype=self._dtype)
+            out = aligned_empty(rshape, self._dtype)
         else:
             if not isinstance(out, np.ndarray):
                 raise InvalidArgumentError(
@@ -886,6 +887,30 @@ class BlockedArray(abc.ABC):
             "its full URL instead (or pass another driver)",
             url=container,
         )
+
+    @classmethod
+    def member_url(cls, container: str, inner: str, name: str) -> str:
+        """The URL of the array called ``name`` in the container at ``container#inner``.
+
+        ``name`` is a relative path of ``/``-separated parts made of letters,
+        digits, ``_`` and ``-``.  This is how callers that keep several arrays
+        together (checkpoints) address them.  Default: a path inside the
+        container (HDF5 groups, Zarr groups).  Drivers that hold one array
+        per file override it with a file in a directory.
+
+        Examples
+        --------
+        >>> BlockedArray.member_url("run.h5", "/ckpt", "slot0/w")
+        'run.h5#/ckpt/slot0/w'
+        """
+        parts = [p for p in (*inner.split("/"), *name.split("/")) if p]
+        return f"{container}#/{'/'.join(parts)}"
+
+    @classmethod
+    def prepare_member(cls, locator: Locator) -> None:
+        """Make what must exist before :meth:`create` can make an array at ``locator``, an
+        address given by :meth:`member_url` (no-op by default; file-per-array drivers make
+        the directories)."""
 
     def initialized_chunks(self) -> tuple[int, int] | None:
         """``(written, total)`` storage chunks, or ``None`` where the format cannot tell.

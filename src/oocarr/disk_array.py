@@ -16,6 +16,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax._src import core as jax_core
@@ -33,6 +34,7 @@ __all__ = [
     "MARKER_DTYPE",
     "grad_locator",
     "is_disk",
+    "lifetime_of",
     "allow_writes",
     "is_writable",
 ]
@@ -74,6 +76,16 @@ class _Lifetime:
         if locator not in self.dependents:
             self.dependents.add(locator)
             weakref.finalize(self, _delete_owned, registry.get_driver(locator.driver), locator)
+
+
+#: The lifetime of each owned array that has a live handle, so that every handle on the same
+#: storage (``update`` returns a new one; a jitted step raises new ones) keeps it alive.
+_LIFETIMES: weakref.WeakValueDictionary[Locator, _Lifetime] = weakref.WeakValueDictionary()
+
+
+def lifetime_of(locator: Locator) -> _Lifetime | None:
+    """The lifetime of the owned array at ``locator`` while any handle on it is alive."""
+    return _LIFETIMES.get(locator)
 
 
 def grad_locator(locator: Locator) -> Locator:
@@ -176,10 +188,10 @@ class DiskArray:
         self._dtype = store.dtype
         self._marker: Any = None
         self._tangent = False
-        self._finalizer = None
+        self._finalizer = _LIFETIMES.get(store.locator)
         if not store.readonly:
             allow_writes(store.locator)
-        if owned:
+        if owned or self._finalizer is not None:
             self._own()
 
     @classmethod
@@ -200,14 +212,18 @@ class DiskArray:
         self._shape = tuple(shape)
         self._dtype = np.dtype(dtype)
         self._marker = marker
-        self._finalizer = None
+        self._finalizer = _LIFETIMES.get(locator)
         return self
 
     def _own(self) -> DiskArray:
-        """Delete the storage once this handle and its store are garbage collected."""
-        self._finalizer = _Lifetime(registry.get_driver(self._locator.driver), self._locator)
+        """Delete the storage once every handle on it (and their stores) is garbage collected."""
+        lifetime = _LIFETIMES.get(self._locator)
+        if lifetime is None:
+            lifetime = _Lifetime(registry.get_driver(self._locator.driver), self._locator)
+            _LIFETIMES[self._locator] = lifetime
+        self._finalizer = lifetime
         if self._store is not None:
-            self._store.__dict__["_lifetime"] = self._finalizer
+            self._store.__dict__["_lifetime"] = lifetime
         return self
 
     def _tied_to(self, primal: Any) -> DiskArray:
@@ -224,9 +240,16 @@ class DiskArray:
         """This array's hijax type."""
         return DiskArrayType(self._shape, self._dtype, self._locator, self._tangent)
 
+    def _wait(self) -> None:
+        """Wait until the computation that writes this array (a jitted call's callback) is done."""
+        marker = self._marker
+        if marker is not None and not isinstance(marker, jax_core.Tracer):
+            jax.block_until_ready(marker)
+
     @property
     def store(self) -> BlockedArray:
         """The :class:`~oocarr.blocked.BlockedArray` holding the data."""
+        self._wait()
         if self._store is None:
             self._store = registry.get_driver(self._locator.driver).open(self._locator, "r")
             if self._finalizer is not None:

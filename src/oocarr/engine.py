@@ -22,7 +22,7 @@ from . import pages
 from .blocked import BlockedArray
 from .config import memory_budget_bytes
 from .errors import BudgetTooSmallError
-from .malloc import fix_mmap_threshold
+from .malloc import fix_mmap_threshold, trim
 from .ops.base import BlockParallelOp, CustomOp, Plan, Region
 from .stats import IOCounts, record
 
@@ -61,14 +61,30 @@ class Operand:
         return block
 
 
-_JITTED: dict[tuple, tuple] = {}
+class _BlockFunction:
+    """``jax.jit(fn)`` that returns the compiler's freed scratch to the system after each
+    compile: glibc would keep tens of megabytes of it resident, outside any budget."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self._jitted = jax.jit(fn)
+
+    def __call__(self, *args: Any) -> Any:
+        compiled = self._jitted._cache_size()
+        result = self._jitted(*args)
+        if self._jitted._cache_size() != compiled:
+            jax.block_until_ready(result)
+            trim()
+        return result
+
+
+_JITTED: dict[tuple, Any] = {}
 
 
 def _jitted(op: BlockParallelOp) -> tuple:
     """Block functions compiled once per op and parameters, reused across calls."""
     fns = _JITTED.get(op.block_key)
     if fns is None:
-        fns = jax.jit(op.forward_block), jax.jit(op.backward_block), jax.jit(op.combine)
+        fns = tuple(_BlockFunction(f) for f in (op.forward_block, op.backward_block, op.combine))
         _JITTED[op.block_key] = fns
     return fns
 
@@ -318,7 +334,7 @@ class CustomRun:
         key = (self.op.block_key, fn.__name__)
         jitted = _JITTED.get(key)
         if jitted is None:
-            jitted = _JITTED[key] = jax.jit(fn)
+            jitted = _JITTED[key] = _BlockFunction(fn)
         return jitted
 
     @staticmethod

@@ -16,10 +16,38 @@ import ctypes.util
 import os
 import sys
 
-__all__ = ["fix_mmap_threshold"]
+__all__ = ["fix_mmap_threshold", "trim"]
 
 _M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
 _THRESHOLD = 1 << 20
+
+
+def _libc() -> ctypes.CDLL | None:
+    if not sys.platform.startswith("linux") or os.environ.get("OOCARR_KEEP_MALLOC"):
+        return None
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+
+
+def trim() -> bool:
+    """Give the heap's free memory back to the system (glibc's ``malloc_trim``).
+
+    XLA's compiler frees tens of megabytes of scratch after each compile,
+    which glibc otherwise keeps resident; the engine calls this once after a
+    block function compiles.  True when memory was released.
+
+    Examples
+    --------
+    >>> trim() in (True, False)
+    True
+    """
+    libc = _libc()
+    try:
+        return bool(libc.malloc_trim(0)) if libc is not None else False
+    except AttributeError:
+        return False
 
 
 def fix_mmap_threshold() -> bool:
@@ -30,10 +58,8 @@ def fix_mmap_threshold() -> bool:
     >>> fix_mmap_threshold() in (True, False)
     True
     """
-    if not sys.platform.startswith("linux") or os.environ.get("OOCARR_KEEP_MALLOC"):
-        return False
+    libc = _libc()
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return bool(libc.mallopt(_M_MMAP_THRESHOLD, _THRESHOLD))
-    except (OSError, AttributeError):
+        return bool(libc.mallopt(_M_MMAP_THRESHOLD, _THRESHOLD)) if libc is not None else False
+    except AttributeError:
         return False

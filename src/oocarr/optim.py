@@ -25,7 +25,6 @@ wrapped, they would silently use per-tile norms.
 from __future__ import annotations
 
 import math
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -87,43 +86,27 @@ class BlockwiseState(NamedTuple):
 
 
 # ----------------------------------------------------------------------------
-# Lifetimes of owned storage across handles
+# Scratch made by this module
 #
-# A DiskArray deletes its owned scratch storage when the handle holding the
-# lifetime is garbage collected.  An optimizer step returns *new* handles on
-# the same storage (under jit, made by the type's ``raise_val``), so the old
-# handle must not take the storage with it: the outputs of this module are
-# typed ``_Kept``, whose ``raise_val`` gives each new handle the lifetime
-# already registered for its locator (or makes one, for scratch made here).
+# Every handle on owned storage shares its lifetime (``DiskArray._at`` finds
+# it by locator).  Scratch made inside a compiled step has no handle yet when
+# its type is raised, so outputs are typed ``_Kept``, whose ``raise_val``
+# owns scratch made here with its first handle.
 # ----------------------------------------------------------------------------
 
-_lifetimes: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 _made_here: set[Locator] = set()
 
 
-def _remember(x: Any) -> None:
-    """Register a concrete handle's lifetime so later handles on its locator share it."""
-    if isinstance(x, DiskArray) and x._finalizer is not None:
-        _lifetimes.setdefault(x.locator, x._finalizer)
-
-
 def _adopt(x: DiskArray, *, eager: bool = False) -> DiskArray:
-    """Give a new handle the lifetime of the owned storage at its locator.
+    """Own scratch made here with its first handle.
 
-    Scratch made here gets its lifetime with its first handle.  A compiled
-    function writes the same scratch at every call, so its locators stay
-    known; an eager call's are forgotten once owned.
+    A compiled function writes the same scratch at every call, so its
+    locators stay known; an eager call's are forgotten once owned.
     """
-    life = _lifetimes.get(x.locator)
-    if life is None and x.locator in _made_here:
+    if x._finalizer is None and x.locator in _made_here:
         x._own()
-        _lifetimes[x.locator] = x._finalizer
         if eager:
             _made_here.discard(x.locator)
-    elif life is not None:
-        x._finalizer = life
-        if x._store is not None:
-            x._store.__dict__["_lifetime"] = life
     return x
 
 
@@ -508,7 +491,6 @@ def blockwise(tx: Any) -> Any:
     def init_leaf(p: Any) -> Any:
         if not is_disk(p):
             return tx.init(p)
-        _remember(p)
         aval = jax.typeof(p)
         shape = tuple(aval.shape)
         treedef, spec, mask = layout(shape, aval.dtype)
@@ -531,8 +513,6 @@ def blockwise(tx: Any) -> Any:
             g = materialize(g)
             s = jax.tree.map(materialize, s)
             return tx.update(g, s, p)
-        for x in (g, p, *s_leaves):
-            _remember(x)
         ref = jax.typeof(p if p is not None else g)
         shape, dtype = tuple(ref.shape), ref.dtype
         treedef, spec, mask = layout(shape, dtype)
@@ -618,8 +598,6 @@ def _apply_leaf(p: Any, u: Any) -> Any:
         if is_disk(u):
             u = materialize(u)
         return jnp.asarray(p + u).astype(jnp.asarray(p).dtype)
-    _remember(p)
-    _remember(u)
     target = jax.typeof(p)
     u = _as_value(u)
     u_shape = tuple(jax.typeof(u).shape)

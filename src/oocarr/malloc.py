@@ -22,13 +22,15 @@ _M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
 _THRESHOLD = 1 << 20
 
 
-def _libc() -> ctypes.CDLL | None:
+def _glibc(function: str, *args: int) -> bool:
+    """Call one of glibc's allocator functions; False where there is none (or opted out)."""
     if not sys.platform.startswith("linux") or os.environ.get("OOCARR_KEEP_MALLOC"):
-        return None
+        return False
     try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-    except OSError:
-        return None
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return bool(getattr(libc, function)(*args))
+    except (OSError, AttributeError):
+        return False
 
 
 def trim() -> bool:
@@ -43,11 +45,7 @@ def trim() -> bool:
     >>> trim() in (True, False)
     True
     """
-    libc = _libc()
-    try:
-        return bool(libc.malloc_trim(0)) if libc is not None else False
-    except AttributeError:
-        return False
+    return _glibc("malloc_trim", 0)
 
 
 def fix_mmap_threshold() -> bool:
@@ -58,8 +56,4 @@ def fix_mmap_threshold() -> bool:
     >>> fix_mmap_threshold() in (True, False)
     True
     """
-    libc = _libc()
-    try:
-        return bool(libc.mallopt(_M_MMAP_THRESHOLD, _THRESHOLD)) if libc is not None else False
-    except AttributeError:
-        return False
+    return _glibc("mallopt", _M_MMAP_THRESHOLD, _THRESHOLD)

@@ -21,12 +21,14 @@ import numpy as np
 from . import pages
 from .blocked import BlockedArray
 from .config import memory_budget_bytes
+from .dispatch import use_synchronous_cpu_dispatch
 from .errors import BudgetTooSmallError
 from .malloc import fix_mmap_threshold, trim
 from .ops.base import BlockParallelOp, CustomOp, Plan, Region
 from .stats import IOCounts, record
 
 fix_mmap_threshold()
+use_synchronous_cpu_dispatch()
 
 __all__ = ["OOCAlgorithm", "Operand", "CustomRun"]
 

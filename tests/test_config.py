@@ -92,3 +92,28 @@ def test_scratch_driver_alone_keeps_the_directory(tmp_path):
         oocarr.set_scratch_dir(None)
     with pytest.raises(errors.UnknownDriverError):
         oocarr.set_memory_budget(None, scratch_driver="no-such-driver")
+
+
+@pytest.mark.parametrize("driver", ["hdf5", "fsspec"])
+def test_container_scratch_leaves_no_files_behind(tmp_path, driver):
+    import gc
+
+    import jax
+    import numpy as np
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    a = np.arange(12, dtype="f4").reshape(3, 4)
+    oocarr.set_memory_budget(None, scratch_dir=str(scratch), scratch_driver=driver)
+    try:
+        x = oocarr.from_numpy(a)
+        y = x * 2.0
+        g = jax.grad(lambda v: oocarr.sum(v * v))(x)
+        np.testing.assert_array_equal(np.asarray(y), a * 2)
+        np.testing.assert_array_equal(np.asarray(g), a * 2)
+        assert len(list(scratch.iterdir())) >= 3
+        del x, y, g
+        gc.collect()
+        assert list(scratch.iterdir()) == []
+    finally:
+        oocarr.set_scratch_dir(None)

@@ -478,3 +478,22 @@ def test_eager_gradients_of_intermediates_do_not_pile_up_in_scratch():
     del grad
     gc.collect()
     assert set(os.listdir(oocarr.scratch_dir())) - before == set()
+
+
+def test_bfloat16_values_and_gradients_on_the_default_scratch():
+    values = data((5, 3), 21).astype(jnp.bfloat16)
+    x = oocarr.from_numpy(values)
+
+    def loss(v):
+        return oocarr.sum(oocarr.tanh(v * v))
+
+    def want_loss(v):
+        return jnp.sum(jnp.tanh(v * v))
+
+    product = x * x
+    assert product.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(np.asarray(product), np.asarray(jnp.asarray(values) ** 2))
+    want = jax.grad(want_loss)(jnp.asarray(values)).astype(np.float32)
+    for grad in (jax.grad(loss)(x), jax.jit(jax.grad(loss))(x)):
+        assert grad.dtype == jnp.bfloat16
+        np.testing.assert_allclose(np.asarray(grad).astype(np.float32), want, rtol=2e-2, atol=1e-2)

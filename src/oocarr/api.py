@@ -321,6 +321,6 @@ def from_numpy(
     data = np.asarray(array)
     as_dtype(data.dtype)
     if url is None:
-        stored = save(data, scratch_locator(), **create_options)
+        stored = save(data, scratch_locator(None, data.shape, data.dtype), **create_options)
         return DiskArray(stored.store, owned=True)
     return save(data, url, **create_options)

@@ -26,7 +26,7 @@ from . import registry
 from .blocked import BlockedArray
 from .dtypes import dtype_name
 from .locator import Locator
-from .scratch import scratch_locator
+from .scratch import release, scratch_locator
 
 __all__ = [
     "DiskArray",
@@ -61,6 +61,7 @@ def _delete_owned(driver: type[BlockedArray], locator: Locator) -> None:
         driver.delete(locator)
     except OSError:
         pass
+    release(locator)
 
 
 class _Lifetime:
@@ -88,7 +89,7 @@ def lifetime_of(locator: Locator) -> _Lifetime | None:
     return _LIFETIMES.get(locator)
 
 
-def grad_locator(locator: Locator) -> Locator:
+def grad_locator(locator: Locator, shape: Any = None, dtype: Any = None) -> Locator:
     """Where the gradient of the array at ``locator`` is written: a scratch array whose name is
     derived from the locator, so a jitted training step compiles once.
 
@@ -99,7 +100,7 @@ def grad_locator(locator: Locator) -> Locator:
     (True, 'memmap')
     """
     digest = hashlib.sha256(locator.to_json().encode()).hexdigest()[:24]
-    return scratch_locator(f"grad-{digest}")
+    return scratch_locator(f"grad-{digest}", shape, dtype)
 
 
 @dataclass(frozen=True)
@@ -141,7 +142,9 @@ class DiskArrayType(HiType):
     def to_tangent_aval(self) -> DiskArrayType:
         if self.tangent:
             return self
-        return DiskArrayType(self.shape, self.dtype, grad_locator(self.locator), True)
+        return DiskArrayType(
+            self.shape, self.dtype, grad_locator(self.locator, self.shape, self.dtype), True
+        )
 
     def vspace_zero(self) -> DiskArray:
         from .make_op import zeros_at

@@ -48,8 +48,8 @@ def _freeze_params(params: dict[str, Any]) -> tuple:
     return tuple(sorted((k, freeze(v)) for k, v in params.items()))
 
 
-def _scratch_locator() -> Locator:
-    return scratch_locator()
+def _scratch_locator(shape: tuple[int, ...], dtype: Any) -> Locator:
+    return scratch_locator(None, shape, dtype)
 
 
 def _check_writable(aval: DiskArrayType) -> None:
@@ -119,7 +119,7 @@ class Forward(VJPHiPrimitive):
             out_aval = (
                 ShapedArray(shape, dtype)
                 if shape == ()
-                else DiskArrayType(shape, np.dtype(dtype), _scratch_locator())
+                else DiskArrayType(shape, np.dtype(dtype), _scratch_locator(shape, dtype))
             )
         self.out_aval = out_aval
         self.params = {"op_key": op.key, "out_type": out_aval}

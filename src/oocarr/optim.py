@@ -35,11 +35,10 @@ from jax._src import core as jax_core
 from jax.experimental import io_callback
 from jax.experimental.hijax import ShapedArray, VJPHiPrimitive
 
-from . import pages, registry
+from . import pages
 from .blocked import BlockedArray
 from .config import memory_budget_bytes
 from .disk_array import MARKER_DTYPE, DiskArray, DiskArrayType, allow_writes, is_disk
-from .dtypes import is_bfloat16
 from .errors import (
     BudgetTooSmallError,
     InvalidArgumentError,
@@ -48,7 +47,7 @@ from .errors import (
 )
 from .locator import Locator
 from .make_op import _check_writable, _create, _is_traced, _lo, _open, materialize
-from .scratch import scratch_locator, track
+from .scratch import scratch_locator
 from .stats import IOCounts, call_site, record
 
 __all__ = ["blockwise", "apply_updates", "BlockwiseState"]
@@ -111,12 +110,7 @@ def _adopt(x: DiskArray, *, eager: bool = False) -> DiskArray:
 
 
 def _fresh_locator(shape: Sequence[int], dtype: Any) -> Locator:
-    locator = scratch_locator()
-    if is_bfloat16(dtype) and locator.driver == "memmap" and locator.url.endswith(".npy"):
-        # .npy cannot record bfloat16: a raw file whose locator holds the layout
-        options = {"shape": list(shape), "dtype": np.dtype(dtype)}
-        path = track(locator.url[: -len(".npy")] + ".bin")
-        locator = registry.get_driver("memmap").locate(path, "", None, options)
+    locator = scratch_locator(None, shape, dtype)
     _made_here.add(locator)
     allow_writes(locator)  # still writable if the scratch directory is moved later
     return locator

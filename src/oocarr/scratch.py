@@ -13,8 +13,10 @@ to RAM defeats the purpose of out-of-core arrays.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import getpass
 import os
+import shutil
 import tempfile
 import threading
 import uuid
@@ -30,6 +32,7 @@ __all__ = [
     "scratch_path",
     "is_ram_backed",
     "track",
+    "release",
     "remove_tracked",
 ]
 
@@ -38,6 +41,8 @@ _lock = threading.Lock()
 _configured: tuple[str, bool, str] | None = None
 _tracked: set[str] = set()
 _tracked_locators: set[Any] = set()
+#: Local containers (an HDF5 file, a Zarr group) made for one scratch array each, by locator.
+_containers: dict[Any, str] = {}
 _owner_pid = os.getpid()
 
 
@@ -190,9 +195,13 @@ def scratch_path(suffix: str = ".npy") -> str:
     return track(os.path.join(scratch_dir(), f"{uuid.uuid4().hex}{suffix}"))
 
 
-def scratch_locator(stem: str | None = None) -> Any:
+def scratch_locator(stem: str | None = None, shape: Any = None, dtype: Any = None) -> Any:
     """The locator of a scratch array named ``stem`` (fresh when not given), written with
     :func:`scratch_driver` and deleted at exit if still there.
+
+    ``shape`` and ``dtype`` are needed only for bfloat16 arrays on the
+    memmap driver: ``.npy`` cannot record bfloat16, so they go to a raw file
+    whose locator holds the layout.
 
     Examples
     --------
@@ -201,23 +210,53 @@ def scratch_locator(stem: str | None = None) -> Any:
     ('memmap', True)
     >>> scratch_locator("grad-1") == scratch_locator("grad-1")
     True
+    >>> scratch_locator("w", (2, 3), "bfloat16").url.endswith(".bin")
+    True
     """
+    from .dtypes import as_dtype, is_bfloat16
     from .errors import InvalidUrlError
     from .registry import get_driver
 
     cls = get_driver(scratch_driver())
     name = (stem or uuid.uuid4().hex) + (cls.suffixes[0] if cls.suffixes else "")
     container = f"{scratch_dir()}/{name}"
-    try:
-        locator = cls.locate(container, "")
-    except InvalidUrlError:  # a container format: the array is a named member of the file
-        locator = cls.locate(container, "/data")
+    raw = cls.name == "memmap" and dtype is not None and is_bfloat16(as_dtype(dtype))
+    if raw:
+        layout = {"shape": [int(n) for n in shape], "dtype": as_dtype(dtype)}
+        container = container.removesuffix(".npy") + ".bin"
+        locator = cls.locate(container, "", None, layout)
+    else:
+        try:
+            locator = cls.locate(container, "")
+        except InvalidUrlError:  # a container format: the array is a named member of the file
+            locator = cls.locate(container, "/data")
     if cls.name == "memmap":
         track(locator.url)
     else:
         with _lock:
             _tracked_locators.add(locator)
+            if locator.path and "://" not in container:
+                _containers[locator] = container
     return locator
+
+
+def release(locator: Any) -> None:
+    """Remove the container made for the scratch array at ``locator`` (once the array itself
+    is deleted): an HDF5 file or Zarr group left empty would otherwise stay behind.
+
+    Examples
+    --------
+    >>> release(scratch_locator())  # memmap scratch has no container: nothing to do
+    """
+    with _lock:
+        container = _containers.get(locator)
+    if container is None:
+        return
+    if os.path.isdir(container):
+        shutil.rmtree(container, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            os.remove(container)
 
 
 def track(path: str) -> str:
@@ -246,6 +285,7 @@ def remove_tracked() -> None:
             get_driver(locator.driver).delete(locator)
         except Exception:  # noqa: BLE001 - best effort at exit; the storage may be gone
             pass
+        release(locator)
     for path in paths:
         for candidate in (path, path + ".attrs.json"):
             try:

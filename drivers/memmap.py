@@ -453,6 +453,28 @@ class MemmapArray(BlockedArray):
         require_exists(os.path.isfile(path), Locator.make(cls.name, path), "file or directory")
         return [_npy_entry(path, os.path.basename(path))]
 
+    @classmethod
+    def member_url(cls, container, inner, name) -> str:
+        """A ``.npy`` file under the directory ``container``: ``DIR/slot0/w.npy``.
+
+        Examples
+        --------
+        >>> MemmapArray.member_url("/runs/ckpt", "", "slot0/w")
+        '/runs/ckpt/slot0/w.npy'
+        """
+        if inner:
+            raise InvalidUrlError(
+                f"{container}#{inner}: a memmap container is a directory; drop the "
+                f"'#{inner}' part or put it in the directory's path",
+                url=f"{container}#{inner}",
+            )
+        return os.path.join(normalize_container(container), *name.split("/")) + ".npy"
+
+    @classmethod
+    def prepare_member(cls, locator: Locator) -> None:
+        """Make the directories of a member file (see :meth:`member_url`)."""
+        os.makedirs(os.path.dirname(locator.url), exist_ok=True)
+
 
 def _npy_entry(path: str, name: str) -> dict[str, Any]:
     """One ``list_arrays`` entry for the ``.npy`` file at ``path``."""

@@ -10,11 +10,10 @@ from __future__ import annotations
 import sys
 import textwrap
 
-import h5py
 import numpy as np
 import pytest
 
-from subprocess_rss import run_script
+from subprocess_rss import run_script, write_features_and_labels
 
 BUDGET = 32 * 10**6
 ROWS, COLS = 512 * 2**20 // 4 // 256, 256
@@ -52,25 +51,8 @@ SCRIPT = textwrap.dedent(
 def inputs(request, tmp_path_factory):
     """512 MiB of features and a label column, written a slab at a time."""
     root = tmp_path_factory.mktemp(request.param)
-    rng = np.random.default_rng(0)
-    step = 8192
-    if request.param == "memmap":
-        x_url, y_url = str(root / "x.npy"), str(root / "y.npy")
-        x = np.lib.format.open_memmap(x_url, mode="w+", dtype="f4", shape=(ROWS, COLS))
-        for start in range(0, ROWS, step):
-            x[start : start + step] = rng.random((step, COLS), dtype=np.float32) * 0.01
-            x.flush()
-        del x
-        np.save(y_url, np.ones((ROWS, 1), "f4"))
-    else:
-        path = str(root / "data.h5")
-        x_url, y_url = path + "#/x", path + "#/y"
-        with h5py.File(path, "w") as f:
-            x = f.create_dataset("x", (ROWS, COLS), "f4", chunks=(2048, COLS))
-            for start in range(0, ROWS, step):
-                x[start : start + step] = rng.random((step, COLS), dtype=np.float32) * 0.01
-            f.create_dataset("y", data=np.ones((ROWS, 1), "f4"), chunks=(65536, 1))
-    return x_url, y_url
+    labels = np.ones((ROWS, 1), "f4")
+    return write_features_and_labels(request.param, root, ROWS, COLS, labels, scale=0.01)
 
 
 # Measured at or over the promise, not yet fixed (35-45 MB over repeated runs).  The planner

@@ -14,12 +14,15 @@ from importlib.metadata import PackageNotFoundError, version
 from . import errors, optim  # optim imports optax only when used
 from .api import create, from_numpy, open, resolve, save, to_numpy
 from .blocked import BlockedArray
+from .checkpoint import load_params, save_params
 from .config import config, memory_budget, set_memory_budget
 from .disk_array import DiskArray
+from .full_batch import stream_sum
 from .functions import *  # noqa: F403
 from .functions import __all__ as _function_names
 from .locator import Locator
 from .make_op import make_op
+from .minibatches import batches
 from .registry import available_drivers, get_driver
 from .scratch import scratch_dir, set_scratch_dir
 from .stats import io_stats
@@ -40,15 +43,19 @@ __all__ = [
     "DiskArray",
     "Locator",
     "available_drivers",
+    "batches",
     "create",
     "errors",
     "optim",
     "from_numpy",
     "get_driver",
+    "load_params",
     "open",
     "resolve",
     "save",
+    "save_params",
     "scratch_dir",
     "set_scratch_dir",
+    "stream_sum",
     "to_numpy",
 ]

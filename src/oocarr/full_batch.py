@@ -1,0 +1,513 @@
+"""``stream_sum``: a loss summed over the row tiles of stored arrays, and its gradient, in one pass.
+
+``stream_sum(fn)`` turns a per-tile loss written in plain ``jax.numpy`` into a
+function of in-memory parameters and row-aligned arrays (stored or in
+memory).  Its value is the sum of ``fn`` over row tiles read under the
+memory budget; its reverse-mode rule reads each tile once and computes the
+tile's value and gradient with one compiled function, so
+``jax.value_and_grad`` of it costs one read of the data.
+
+Under tracing the sum is a hijax primitive whose work runs in an
+``io_callback``: stored arrays closed over by the caller are constants whose
+locators the callback reopens; traced stored arrays contribute their marker,
+so XLA runs the callback after whatever wrote them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax._src import core as jax_core
+from jax._src.interpreters import ad as jax_ad
+from jax.experimental import io_callback
+from jax.experimental.hijax import ShapedArray, VJPHiPrimitive, Zero
+
+from . import registry
+from .config import memory_budget, memory_budget_bytes
+from .disk_array import MARKER_DTYPE, DiskArray, is_disk
+from .engine import BlockFunction, Operand, prefetched
+from .errors import BudgetTooSmallError, InvalidArgumentError, ShapeMismatchError
+from .locator import Locator
+from .stats import IOCounts, call_site, record
+
+__all__ = ["stream_sum", "RESIDENT_TILES"]
+
+#: Row-tile buffers counted against the budget: the tile being computed, the next one being
+#: read, JAX's own copy of the current tile, and one more for ``fn``'s intermediates (or the
+#: padded last tile).
+RESIDENT_TILES = 4
+
+
+# ----------------------------------------------------------------------------
+# What one call streams
+# ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Source:
+    """One row-aligned array of a call.
+
+    ``locator`` is set for a stored array (``None``: in memory);
+    ``dynamic`` says whether it is an argument of the primitive (an
+    in-memory value, or the marker of a traced ``DiskArray``) rather than a
+    constant the callback reopens by locator.
+    """
+
+    aval: Any
+    locator: Locator | None
+    dynamic: bool
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.aval.shape)
+
+    @property
+    def row_bytes(self) -> int:
+        return math.prod(self.shape[1:]) * np.dtype(self.aval.dtype).itemsize
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """Everything static about one call (hashable: it is the primitives' parameter)."""
+
+    kernel: _Kernel
+    treedef: Any
+    leaf_avals: tuple[Any, ...]
+    sources: tuple[_Source, ...]
+    weighted: bool
+    per_row: bool
+    out_dtype: np.dtype
+    mean: bool
+    tile_rows: int | None
+
+    @property
+    def rows(self) -> int:
+        return self.sources[0].shape[0]
+
+    @property
+    def dynamic_avals(self) -> tuple[Any, ...]:
+        return tuple(s.aval for s in self.sources if s.dynamic)
+
+
+def _source(x: Any) -> tuple[_Source, Any]:
+    """The description of one array argument, and its primitive argument (or ``None``)."""
+    if isinstance(x, DiskArray) and not isinstance(x._marker, jax_core.Tracer):
+        if x._marker is not None:
+            jax.block_until_ready(x._marker)  # the eager call that wrote it has finished
+        return _Source(x.aval, x.locator, False), None
+    if is_disk(x):
+        aval = jax.typeof(x)
+        return _Source(aval, aval.locator, True), x
+    value = x if isinstance(x, jax_core.Tracer | jax.Array) else jnp.asarray(x)
+    return _Source(jax.typeof(value), None, True), value
+
+
+def _lo(x: Any) -> Any:
+    """What an argument contributes to the callback: a marker, or the in-memory value."""
+    if isinstance(x, DiskArray):
+        return jnp.zeros((), MARKER_DTYPE) if x._marker is None else x._marker
+    return x
+
+
+def _tracing(values: Sequence[Any]) -> bool:
+    if any(isinstance(v, jax_core.Tracer) for v in values):
+        return True
+    return not isinstance(jax_core.trace_ctx.trace, jax_core.EvalTrace)
+
+
+# ----------------------------------------------------------------------------
+# The per-tile functions
+# ----------------------------------------------------------------------------
+class _Kernel:
+    """The compiled per-tile functions of one ``fn``: the tile's value, or its value and its
+    gradient with respect to the differentiable parameter leaves.
+
+    With per-row losses every tile is padded to the first tile's rows (edge rows repeated, so
+    ``fn`` stays finite on them) and masked by a zero weight, so one compilation serves all
+    tiles; a scalar ``fn`` cannot be masked, so a shorter last tile compiles once more.
+    """
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        self._compiled: dict[tuple, Callable[..., Any]] = {}
+
+    def __call__(self, per_row: bool, treedef: Any, wanted: tuple[bool, ...] | None) -> Any:
+        key = (per_row, treedef, wanted)
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            compiled = self._compiled[key] = BlockFunction(self._build(per_row, treedef, wanted))
+        return compiled
+
+    def _build(self, per_row: bool, treedef: Any, wanted: tuple[bool, ...] | None) -> Any:
+        fn = self.fn
+
+        def tile_value(leaves: Sequence[Any], *rest: Any) -> Any:
+            params = jax.tree.unflatten(treedef, leaves)
+            if not per_row:
+                return fn(params, *rest)
+            w, *tiles = rest
+            per = fn(params, *tiles)
+            return jnp.sum(jnp.where(w != 0, per * w.astype(per.dtype), 0))
+
+        if wanted is None:
+            return tile_value
+
+        def value_and_grad(leaves: Sequence[Any], *rest: Any) -> Any:
+            def of(diff: list[Any]) -> Any:
+                it = iter(diff)
+                return tile_value([next(it) if w else x for x, w in zip(leaves, wanted)], *rest)
+
+            return jax.value_and_grad(of)([x for x, w in zip(leaves, wanted) if w])
+
+        return value_and_grad
+
+
+# ----------------------------------------------------------------------------
+# The streaming loop (runs in the callback, or directly when nothing is traced)
+# ----------------------------------------------------------------------------
+def _tile_rows(spec: _Spec, operands: Sequence[Operand]) -> int:
+    """Rows per tile: :data:`RESIDENT_TILES` row tiles of every array (and the weight or mask
+    column) within the budget, in whole storage chunks where one fits, at most ``tile_rows``."""
+    row_bytes = sum(s.row_bytes for s in spec.sources) + np.dtype(spec.out_dtype).itemsize
+    budget = memory_budget_bytes()
+    need = RESIDENT_TILES * row_bytes
+    if need > budget:
+        raise BudgetTooSmallError(
+            f"the memory budget of {budget} bytes cannot hold one row tile of stream_sum "
+            f"({need} bytes for {RESIDENT_TILES} buffers of one row); raise it to at least "
+            f"{need} bytes with oocarr.set_memory_budget"
+        )
+    rows = budget // need
+    chunk = next(
+        (o.value.chunks[0] for o in operands if o.stored and o.value.chunks is not None), None
+    )
+    if chunk is not None and chunk <= rows:
+        rows -= rows % chunk
+    if spec.tile_rows is not None:
+        rows = min(rows, spec.tile_rows)
+    return max(1, min(rows, spec.rows))
+
+
+def _open(locator: Locator) -> Any:
+    return registry.get_driver(locator.driver).open(locator, "r")
+
+
+def _stream(
+    spec: _Spec, site: str, wanted: tuple[bool, ...] | None, values: Sequence[Any]
+) -> tuple[np.ndarray, ...]:
+    """The (mean or weighted) sum over all row tiles, and the gradients of the ``wanted``
+    leaves when ``wanted`` is given."""
+    k = len(spec.leaf_avals)
+    leaves, dynamic = values[:k], iter(values[k:])
+    counts = IOCounts(calls=1)
+    stores, operands = [], []
+    try:
+        for src in spec.sources:
+            value = next(dynamic) if src.dynamic else None
+            if src.locator is None:
+                operands.append(Operand(np.asarray(value)))
+            else:
+                stores.append(_open(src.locator))
+                operands.append(Operand(stores[-1], counts))
+        return _loop(spec, wanted, [jnp.asarray(x) for x in leaves], operands, counts)
+    finally:
+        record(site, counts)
+        for store in stores:
+            store.close()
+
+
+def _loop(
+    spec: _Spec,
+    wanted: tuple[bool, ...] | None,
+    leaves: list[jax.Array],
+    operands: list[Operand],
+    counts: IOCounts,
+) -> tuple[np.ndarray, ...]:
+    n = spec.rows
+    tile = _tile_rows(spec, operands)
+    compute = spec.kernel(spec.per_row, spec.treedef, wanted)
+    out_dtype = np.dtype(spec.out_dtype)
+    targets = [] if wanted is None else [a for a, w in zip(spec.leaf_avals, wanted) if w]
+    grads = [np.zeros(a.shape, np.float64) for a in targets]
+    total = weight_sum = 0.0
+
+    def read(start: int) -> list[np.ndarray]:
+        stop = min(start + tile, n)
+        return [o.read((slice(start, stop), *(slice(0, d) for d in o.shape[1:]))) for o in operands]
+
+    for _, blocks in prefetched(range(0, n, tile), read):
+        rows = blocks[0].shape[0]
+        if spec.weighted:
+            w = blocks.pop().astype(out_dtype)
+            weight_sum += float(np.sum(w, dtype=np.float64))
+        else:
+            w = np.ones(rows, out_dtype)
+        if spec.per_row:
+            blocks = [_pad_rows(b, tile, "edge") for b in blocks]
+            blocks.insert(0, _pad_rows(w, tile, "constant"))
+        out = compute(leaves, *blocks)
+        value, tile_grads = (out, ()) if wanted is None else out
+        total += float(value)
+        for acc, g in zip(grads, tile_grads):
+            acc += np.asarray(g, np.float64)
+        counts.tiles += 1
+        del blocks, out, tile_grads, w
+
+    divisor = (weight_sum if spec.weighted else float(n)) if spec.mean else 1.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        results = [np.asarray(np.float64(total) / divisor, out_dtype)]
+        results += [np.asarray(g / divisor, a.dtype) for g, a in zip(grads, targets)]
+    return tuple(results)
+
+
+def _pad_rows(block: np.ndarray, rows: int, mode: str) -> np.ndarray:
+    if block.shape[0] == rows:
+        return block
+    widths = [(0, rows - block.shape[0])] + [(0, 0)] * (block.ndim - 1)
+    return np.pad(block, widths, mode=mode)
+
+
+# ----------------------------------------------------------------------------
+# The primitives
+# ----------------------------------------------------------------------------
+def _expand(
+    spec: _Spec, site: str, wanted: tuple[bool, ...] | None, out_avals: Sequence[Any], args: Any
+) -> tuple[Any, ...]:
+    los = [_lo(x) for x in args]
+    budget = memory_budget_bytes()  # callbacks run in XLA's threads: keep the caller's budget
+
+    def run(*values: Any) -> tuple[np.ndarray, ...]:
+        with memory_budget(budget):
+            return _stream(spec, site, wanted, values)
+
+    if not _tracing(los):
+        return tuple(jnp.asarray(r) for r in run(*los))
+    shapes = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in out_avals)
+    return tuple(io_callback(run, shapes, *los))
+
+
+class _StreamSum(VJPHiPrimitive):
+    """The sum over row tiles; its VJP reads the data once for the value and the gradient."""
+
+    def __init__(self, spec: _Spec, site: str) -> None:
+        self.in_avals = (*spec.leaf_avals, *spec.dynamic_avals)
+        self.out_aval = ShapedArray((), spec.out_dtype)
+        self.params = {"spec": spec}
+        self.site = site
+        super().__init__()
+
+    def expand(self, *args: Any) -> Any:
+        return _expand(self.spec, self.site, None, [self.out_aval], args)[0]
+
+    def vjp_fwd(self, nzs_in: Any, *args: Any) -> tuple[Any, Any]:
+        spec = self.spec
+        k = len(spec.leaf_avals)
+        if any(nzs_in[k:]):
+            raise InvalidArgumentError(
+                "stream_sum differentiates with respect to params only; the data arrays are "
+                "constants (wrap them in jax.lax.stop_gradient, or differentiate an oocarr op)"
+            )
+        wanted = tuple(
+            bool(nz) and jnp.issubdtype(a.dtype, jnp.inexact)
+            for nz, a in zip(nzs_in[:k], spec.leaf_avals)
+        )
+        if not any(wanted):
+            return self(*args), None
+        value, *grads = _StreamValueAndGrad(spec, wanted, self.site)(*args)
+        it = iter(grads)
+        return value, [next(it) if w else None for w in wanted]
+
+    def jvp(self, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, Any]:
+        spec = self.spec
+        k = len(spec.leaf_avals)
+        nzs = [not isinstance(t, Zero) for t in tangents]
+        value, res = self.vjp_fwd(nzs, *primals)
+        out = jnp.zeros((), spec.out_dtype)
+        for grad, t in zip(res or (), tangents[:k]):
+            if grad is not None:
+                out = out + jnp.sum(grad * t).astype(spec.out_dtype)
+        return value, out
+
+    def vjp_bwd(self, res: Any, g: Any, *accums: Any) -> None:
+        if res is None or isinstance(g, Zero):
+            return
+        for acc, grad, aval in zip(accums, res, self.spec.leaf_avals):
+            if grad is not None and not isinstance(acc, jax_ad.NullAccum):
+                acc.accum((g * grad).astype(aval.dtype))
+
+
+class _StreamValueAndGrad(VJPHiPrimitive):
+    """The sum and its gradient with respect to the ``wanted`` parameter leaves, one pass."""
+
+    def __init__(self, spec: _Spec, wanted: tuple[bool, ...], site: str) -> None:
+        self.in_avals = (*spec.leaf_avals, *spec.dynamic_avals)
+        self.out_aval = (
+            ShapedArray((), spec.out_dtype),
+            *(ShapedArray(a.shape, a.dtype) for a, w in zip(spec.leaf_avals, wanted) if w),
+        )
+        self.params = {"spec": spec, "wanted": wanted}
+        self.site = site
+        super().__init__()
+
+    def expand(self, *args: Any) -> tuple[Any, ...]:
+        return _expand(self.spec, self.site, self.wanted, self.out_aval, args)
+
+    def vjp_fwd(self, nzs_in: Any, *args: Any) -> Any:
+        raise NotImplementedError(_SECOND_ORDER)
+
+    def jvp(self, primals: Any, tangents: Any) -> Any:
+        raise NotImplementedError(_SECOND_ORDER)
+
+
+_SECOND_ORDER = (
+    "second-order derivatives of oocarr.stream_sum are not supported; differentiate once"
+)
+
+
+# ----------------------------------------------------------------------------
+# Public API
+# ----------------------------------------------------------------------------
+def _output_kind(fn: Callable[..., Any], params: Any, sources: Sequence[_Source]) -> tuple:
+    """``(per_row, dtype)`` of ``fn``'s result on the whole data (traced abstractly)."""
+    n = sources[0].shape[0]
+    tiles = [jax.ShapeDtypeStruct(s.shape, s.aval.dtype) for s in sources]
+    out = jax.eval_shape(fn, params, *tiles)
+    shape = getattr(out, "shape", None)
+    if shape not in ((), (n,)) or not jnp.issubdtype(out.dtype, jnp.inexact):
+        raise InvalidArgumentError(
+            f"stream_sum's fn must return a float scalar (the tile's sum) or one float value "
+            f"per row; on {n} rows it returned {out}"
+        )
+    return shape == (n,), np.dtype(out.dtype)
+
+
+def stream_sum(
+    fn: Callable[..., Any], *, mean: bool = False, tile_rows: int | None = None
+) -> Callable[..., jax.Array]:
+    """Sum a per-tile loss over the row tiles of stored arrays, with its gradient in one pass.
+
+    Parameters
+    ----------
+    fn : callable
+        ``fn(params, *row_tiles)`` in plain ``jax.numpy``: the loss of one tile of
+        rows (every array cut at the same rows), either as a float scalar (the
+        tile's sum) or as one float value per row.  It must add up over rows:
+        ``fn`` of two tiles stacked equals the sum of ``fn`` of each.
+    mean : bool
+        Divide the sum by the number of rows (or by the sum of the weights when
+        ``weights`` are given).
+    tile_rows : int, optional
+        At most this many rows per tile.  By default (and never above it) tiles
+        are sized from the memory budget: :data:`RESIDENT_TILES` row tiles of
+        all arrays fit in it, in whole storage chunks where one fits.
+
+    Returns
+    -------
+    callable
+        ``g(params, *arrays, weights=None) -> jax.Array``, a float scalar.
+        ``params`` is any pytree of in-memory arrays; ``arrays`` are
+        ``DiskArray``s on any driver, or NumPy/JAX arrays, sharing their
+        leading (row) axis.  ``weights`` (one value per row, stored or in
+        memory) weights each row's loss, so ``fn`` must return per-row values.
+        ``jax.jit``, ``jax.grad`` and ``jax.value_and_grad`` of ``g`` with
+        respect to ``params`` work, inside ``jax.lax`` control flow too, and
+        with the arrays closed over; one ``value_and_grad`` reads each tile
+        once.  The arrays are constants: differentiating with respect to them
+        raises ``InvalidArgumentError``.
+
+    Raises
+    ------
+    InvalidArgumentError
+        No arrays, arrays without a row axis, weights with a scalar ``fn``, or a
+        ``fn`` result that is neither a scalar nor one value per row.
+    ShapeMismatchError
+        Arrays (or weights) with different numbers of rows.
+    BudgetTooSmallError
+        When four rows of all arrays do not fit in the memory budget.
+
+    Notes
+    -----
+    The next tile is read in a background thread while the current one
+    computes.  The value (and gradient) of each tile comes from one function
+    compiled once: with per-row losses shorter tiles are padded and masked,
+    so the last tile reuses it; a scalar ``fn`` compiles once more for a
+    shorter last tile.  Sums accumulate in float64.  Memory that ``fn``'s own
+    intermediates take beyond one tile-sized buffer is not counted in the
+    budget: lower ``tile_rows`` for wide models.
+
+    Examples
+    --------
+    >>> import jax, jax.numpy as jnp, numpy as np, oocarr
+    >>> X = oocarr.from_numpy(np.arange(12.0, dtype="f4").reshape(6, 2))
+    >>> y = oocarr.from_numpy(np.ones(6, "f4"))
+    >>> sse = oocarr.stream_sum(lambda w, X, y: jnp.sum((X @ w - y) ** 2), tile_rows=4)
+    >>> value, grad = jax.value_and_grad(sse)(jnp.zeros(2), X, y)
+    >>> float(value), grad.tolist()
+    (6.0, [-60.0, -72.0])
+
+    Per-row losses take weights, and ``mean=True`` divides by their sum:
+
+    >>> mse = oocarr.stream_sum(lambda w, X, y: (X @ w - y) ** 2, mean=True)
+    >>> float(jax.jit(mse)(jnp.zeros(2), X, y, weights=np.arange(6.0, dtype="f4")))
+    1.0
+    """
+    kernel = _Kernel(fn)
+
+    def g(params: Any, *arrays: Any, weights: Any = None) -> jax.Array:
+        if not arrays:
+            raise InvalidArgumentError("stream_sum needs at least one array to stream")
+        data = [*arrays, *(() if weights is None else (weights,))]
+        sources, dynamic = [], []
+        for x in data:
+            src, value = _source(x)
+            sources.append(src)
+            if src.dynamic:
+                dynamic.append(value)
+        _check_rows(sources, weights is not None)
+        leaves, treedef = jax.tree.flatten(params)
+        if any(is_disk(x) for x in leaves):
+            raise InvalidArgumentError(
+                "stream_sum's params must be in memory; read stored ones with oocarr.materialize"
+            )
+        leaves = [jnp.asarray(x) for x in leaves]
+        structs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in leaves]
+        data_sources = sources[: len(arrays)]
+        per_row, out_dtype = _output_kind(fn, jax.tree.unflatten(treedef, structs), data_sources)
+        if weights is not None and not per_row:
+            raise InvalidArgumentError(
+                "stream_sum with weights needs fn to return one loss per row, not the tile's sum"
+            )
+        spec = _Spec(
+            kernel,
+            treedef,
+            tuple(ShapedArray(x.shape, x.dtype) for x in leaves),
+            tuple(sources),
+            weights is not None,
+            per_row,
+            out_dtype,
+            bool(mean),
+            None if tile_rows is None else max(1, int(tile_rows)),
+        )
+        return _StreamSum(spec, call_site("stream_sum"))(*leaves, *dynamic)
+
+    g.__doc__ = f"The sum of {getattr(fn, '__name__', 'fn')} over row tiles (oocarr.stream_sum)."
+    return g
+
+
+def _check_rows(sources: Sequence[_Source], weighted: bool) -> None:
+    if any(not s.shape for s in sources):
+        raise InvalidArgumentError("stream_sum's arrays need a leading row axis, not 0-d arrays")
+    n = sources[0].shape[0]
+    if any(s.shape[0] != n for s in sources):
+        raise ShapeMismatchError(
+            "stream_sum's arrays must have the same number of rows, got shapes "
+            + ", ".join(str(s.shape) for s in sources)
+        )
+    if weighted and len(sources[-1].shape) != 1:
+        raise ShapeMismatchError(
+            f"stream_sum's weights must be one value per row, shape ({n},); got {sources[-1].shape}"
+        )

@@ -71,6 +71,7 @@ from oocarr.interface import (
     require_exists,
     temp_sibling,
 )
+from oocarr_drivers.hdf5_chunks import ChunkDecoder, decoder_for
 
 __all__ = ["HDF5Array"]
 
@@ -89,6 +90,7 @@ _LISTED = 20
 _TEMP_MARK = ".tmp-"
 
 _INT64 = np.iinfo(np.int64)
+_UNKNOWN = object()
 
 
 # ----------------------------------------------------------------------
@@ -176,6 +178,10 @@ class _DriverLock:
             if self._depth == 0:
                 self._owner = None
             self.raw.release()
+
+    def held_here(self) -> bool:
+        """Whether the calling thread is inside the lock."""
+        return self._owner == threading.get_ident()
 
     def try_enter(self) -> bool:
         """Enter only if no thread, this one included, is inside; never wait."""
@@ -730,6 +736,7 @@ class HDF5Array(BlockedArray):
         self._filtered = compression is not None if filtered is None else filtered
         self._overwrite = overwrite
         self._handle: _Handle | None = None
+        self._chunk_decoder: ChunkDecoder | None | object = _UNKNOWN
 
     # -- locating ------------------------------------------------------
     @classmethod
@@ -946,6 +953,12 @@ class HDF5Array(BlockedArray):
             handle = self._handle = _Handle(self._file_path, not self.readonly, self._locator)
         return handle
 
+    def _decoder(self, dset: h5py.Dataset) -> ChunkDecoder | None:
+        """How this store's chunks are decoded outside HDF5 (``None``: by HDF5)."""
+        if self._filtered and self._chunk_decoder is _UNKNOWN:
+            self._chunk_decoder = decoder_for(dset, self._dtype)
+        return None if self._chunk_decoder is _UNKNOWN else self._chunk_decoder
+
     def _dataset(self) -> h5py.Dataset:
         """This process's dataset handle (call with ``_LOCK`` held)."""
         entry = self._own_handle().entry
@@ -959,8 +972,17 @@ class HDF5Array(BlockedArray):
         return dset
 
     def _read(self, region, out) -> None:
-        with _LOCK:
+        lock = _LOCK
+        with lock:
             dset = self._dataset()
+            decoder = self._decoder(dset)
+        if decoder is not None and self.ndim:
+            try:
+                decoder.read(dset, region, out, lock, parallel=not lock.held_here())
+            except OSError as err:
+                raise corrupt(self._locator, f"reading {region} failed ({err})") from None
+            return
+        with lock:
             try:
                 if self.ndim == 0:
                     dset.read_direct(out)

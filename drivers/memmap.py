@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import mmap
 import os
 import threading
 from collections.abc import Mapping
@@ -46,6 +47,12 @@ from oocarr.interface import (
 __all__ = ["MemmapArray"]
 
 ATTRS_SUFFIX = ".attrs.json"
+
+#: Byte alignment of a region's data for a view of it: XLA's CPU client uses a host buffer
+#: without a copy only from this alignment.
+VIEW_ALIGNMENT = 64
+
+_MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 
 
 def _write_json_atomic(path: str, data: Mapping[str, Any]) -> None:
@@ -343,6 +350,29 @@ class MemmapArray(BlockedArray):
         for offset, nbytes in _runs(self.shape, region, self.itemsize):
             _pread_exactly(fd, buffer[pos : pos + nbytes], self._offset + offset, self.locator)
             pos += nbytes
+
+    # A view maps only its own region (populated up front, in the reading thread) and is
+    # unmapped when the array is collected, so its pages leave the RSS with it.
+    def _view(self, region) -> np.ndarray | None:
+        runs = list(itertools.islice(_runs(self.shape, region, self.itemsize), 2))
+        if self._order == "F" or len(runs) != 1:
+            return None
+        start = self._offset + runs[0][0]
+        nbytes = runs[0][1]
+        fd = self._file()
+        if start % VIEW_ALIGNMENT or start + nbytes > os.fstat(fd).st_size:
+            return None  # unaligned data would be copied anyway; a short file fails in _read
+        base = start - start % mmap.ALLOCATIONGRANULARITY
+        mapping = mmap.mmap(
+            fd,
+            start + nbytes - base,
+            flags=mmap.MAP_SHARED | _MAP_POPULATE,
+            prot=mmap.PROT_READ,
+            offset=base,
+        )
+        count = nbytes // self.itemsize
+        view = np.frombuffer(mapping, self.dtype, count, offset=start - base)
+        return view.reshape(tuple(r.stop - r.start for r in region))
 
     def _write(self, region, value) -> None:
         if self._order == "F":

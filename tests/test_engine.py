@@ -61,7 +61,7 @@ def test_matmul_reads_each_row_panel_of_a_once(tmp_path):
     a = np.random.default_rng(0).random((64, 8), dtype="f4")
     b = np.random.default_rng(1).random((8, 64), dtype="f4")
     x, y = oocarr.save(a, str(tmp_path / "a.npy")), oocarr.save(b, str(tmp_path / "b.npy"))
-    budget = 4 * 16 * 16 * 9
+    budget = 4 * 2600  # 22 x 22 output tiles, all of k in one step
     with oocarr.memory_budget(budget), oocarr.io_stats() as stats:
         got = x @ y
     np.testing.assert_allclose(np.asarray(got), a @ b, rtol=1e-5)
@@ -76,12 +76,13 @@ def test_matmul_reads_each_row_panel_of_a_once(tmp_path):
 
 def test_the_planner_counts_prefetch_and_write_behind_buffers(tmp_path):
     x = oocarr.save(np.ones((10, 10), "f4"), str(tmp_path / "x.npy"))
-    # elementwise: 4 buffers of its own, one prefetched block per stored input, one written
+    # elementwise: 4 buffers of its own; per stored input, the block read ahead and the one
+    # XLA has not let go of yet; one written
     residency = engine.OOCAlgorithm(oocarr.ops.elementwise.BINARY["add"]((10, 10), (10, 10)))
-    assert residency.residency([engine.Operand(x.store)] * 2) == 4 + 2 + 1
-    # x + 1.0: one stored input, so 4 + 1 + 1 buffers of one float32 element at least
-    with oocarr.memory_budget(4 * 6 - 1), pytest.raises(errors.BudgetTooSmallError) as info:
+    assert residency.residency([engine.Operand(x.store)] * 2) == 4 + 2 * 2 + 1
+    # x + 1.0: one stored input, so 4 + 2 + 1 buffers of one float32 element at least
+    with oocarr.memory_budget(4 * 7 - 1), pytest.raises(errors.BudgetTooSmallError) as info:
         x + 1.0
-    assert "add" in str(info.value) and "at least 24 bytes" in str(info.value)
-    with oocarr.memory_budget(4 * 6):
+    assert "add" in str(info.value) and "at least 28 bytes" in str(info.value)
+    with oocarr.memory_budget(4 * 7):
         np.testing.assert_array_equal(np.asarray(x + 1.0), np.full((10, 10), 2.0))

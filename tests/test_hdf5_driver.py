@@ -705,3 +705,65 @@ def test_a_file_another_process_writes_is_refused(tmp_path):
     finally:
         child.communicate("", timeout=30)
     assert oocarr.open(f"{path}#/x").store[2] == 2.0
+
+
+# -- filtered chunks decoded outside HDF5, in parallel -------------------------------------
+@pytest.mark.parametrize(
+    ("dtype", "filters"),
+    [
+        ("<f4", {"compression": "gzip"}),
+        ("<f4", {"compression": "gzip", "shuffle": True}),
+        (">i8", {"compression": "gzip", "compression_opts": 1, "shuffle": True}),
+        ("<u2", {"shuffle": True}),
+        ("<f8", {"compression": "gzip", "fletcher32": True}),  # checksums: HDF5 decodes
+    ],
+)
+def test_filtered_regions_read_as_h5py_reads_them(tmp_path, dtype, filters):
+    path = tmp_path / "f.h5"
+    rng = np.random.default_rng(0)
+    data = (rng.standard_normal((45, 70)) * 1000).astype(dtype)
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("x", data.shape, dtype, chunks=(8, 16), fillvalue=7, **filters)
+        d[:40] = data[:40]  # rows 40..44: chunks partly never written hold the fill value
+        expected = d[...]
+    store = oocarr.open(f"{path}#/x").store
+    for region in [
+        (slice(0, 45), slice(0, 70)),
+        (slice(3, 44), slice(5, 69)),
+        (slice(8, 16), slice(16, 32)),  # exactly one chunk
+        (slice(39, 45), slice(60, 70)),  # edge chunks, partly unwritten
+    ]:
+        np.testing.assert_array_equal(store.read_region(region), expected[region])
+    assert store.read_region().dtype == np.dtype(dtype)
+    store.close()
+
+
+def test_gzip_chunks_are_decoded_outside_hdf5(tmp_path, monkeypatch):
+    from oocarr_drivers import hdf5_chunks
+
+    path = tmp_path / "g.h5"
+    data = np.arange(64 * 64, dtype="f4").reshape(64, 64)
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=data, chunks=(16, 16), compression="gzip", shuffle=True)
+    decoded = []
+    inflate = hdf5_chunks.inflate
+    monkeypatch.setattr(hdf5_chunks, "inflate", lambda b: decoded.append(1) or inflate(b))
+    store = oocarr.open(f"{path}#/x").store
+    np.testing.assert_array_equal(store.read_region(), data)
+    assert len(decoded) == 16  # each chunk once, by the module's decoder
+    store.close()
+
+
+def test_a_corrupt_gzip_chunk_is_an_invalid_store(tmp_path):
+    path = tmp_path / "bad.h5"
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("x", data=np.ones((32, 32), "f4"), chunks=(16, 16), compression="gzip")
+        info = d.id.get_chunk_info_by_coord((16, 16))
+    raw = bytearray(path.read_bytes())
+    raw[info.byte_offset + 2 : info.byte_offset + info.size] = b"\xff" * (info.size - 2)
+    path.write_bytes(bytes(raw))
+    store = oocarr.open(f"{path}#/x").store
+    np.testing.assert_array_equal(store.read_region((slice(0, 16), slice(0, 32))), 1)
+    with pytest.raises(errors.InvalidStoreError, match="bad.h5"):
+        store.read_region()
+    store.close()

@@ -128,3 +128,36 @@ def test_no_temporary_files_are_left_behind(tmp_path):
     with pytest.raises(ValueError), oocarr.create(str(tmp_path / "b.npy"), (3,), "f4"):
         raise ValueError
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npy"]
+
+
+def test_read_view_maps_the_stored_bytes_read_only(tmp_path):
+    data = np.arange(40 * 16, dtype="f4").reshape(40, 16)
+    np.save(tmp_path / "v.npy", data)
+    store = oocarr.open(str(tmp_path / "v.npy")).store
+    rows = store.read_view((slice(8, 24), slice(0, 16)))
+    np.testing.assert_array_equal(rows, data[8:24])
+    assert not rows.flags.writeable and not rows.flags.owndata  # a mapping, not a buffer
+    assert rows.ctypes.data % 64 == 0  # XLA's CPU client can take it without a copy
+    columns = store.read_view((slice(0, 40), slice(2, 5)))  # not contiguous: a copy
+    np.testing.assert_array_equal(columns, data[:, 2:5])
+    assert not columns.flags.writeable
+    store.close()
+
+
+def test_read_view_of_a_truncated_file_is_an_error_not_a_crash(tmp_path):
+    path = tmp_path / "t.npy"
+    np.save(path, np.ones((64, 64), "f4"))
+    store = oocarr.open(str(path)).store
+    with open(path, "r+b") as f:
+        f.truncate(path.stat().st_size - 1024)
+    with pytest.raises(errors.InvalidStoreError, match="truncated"):
+        store.read_view((slice(48, 64), slice(0, 64)))
+    store.close()
+
+
+def test_read_view_of_fortran_order_files(tmp_path):
+    data = np.asfortranarray(np.arange(30.0).reshape(5, 6))
+    np.save(tmp_path / "f.npy", data)
+    store = oocarr.open(str(tmp_path / "f.npy")).store
+    np.testing.assert_array_equal(store.read_view((slice(1, 4), slice(2, 6))), data[1:4, 2:6])
+    store.close()

@@ -649,6 +649,35 @@ class BlockedArray(abc.ABC):
             self._read(region, out)
         return out
 
+    def read_view(self, region: Sequence[slice] | None = None) -> np.ndarray:
+        """Read a region as a read-only array that may share memory with the storage.
+
+        Drivers that can hand out the stored bytes without a copy (a mapping of
+        the region of a ``.npy`` file) do; the others read a copy.  The array
+        holds what was stored when it was read: oocarr never writes in place
+        into storage another op reads (updates replace it whole).  What a view
+        maps is released when the array is garbage-collected.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarr
+        >>> s = oocarr.from_numpy(np.arange(6.0).reshape(2, 3)).store
+        >>> v = s.read_view((slice(1, 2), slice(0, 3)))
+        >>> v, v.flags.writeable
+        (array([[3., 4., 5.]]), False)
+        """
+        region = check_region(region, self._shape, self.url)
+        view = self._view(region) if math.prod(pages.region_shape(region)) else None
+        if view is None:
+            view = self.read_region(region)
+            view.flags.writeable = False
+        return view
+
+    def _view(self, region: tuple[slice, ...]) -> np.ndarray | None:
+        """A read-only array sharing the stored bytes of ``region``, or ``None`` (then the
+        region is read into a new buffer)."""
+        return None
+
     def write_region(self, region: Sequence[slice] | None, value: Any) -> None:
         """Write ``value`` (exactly the region's shape, a safely castable dtype) at ``region``.
 

@@ -10,6 +10,7 @@ memory (a NumPy array, broadcast like any other input).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -56,7 +57,7 @@ class Operand:
             return np.asarray(self.value[region]) if region else np.asarray(self.value)
         if self._last is not None and self._last[0] == region:
             return self._last[1]
-        block = self.value.read_region(region)
+        block = self.value.read_view(region)
         if self.counts is not None:
             self.counts.count_read(block.nbytes)
         self._last = (region, block)
@@ -64,27 +65,60 @@ class Operand:
 
 
 class BlockFunction:
-    """``jax.jit(fn)`` that returns the compiler's freed scratch to the system after each
-    compile: glibc would keep tens of megabytes of it resident, outside any budget.
+    """A jitted block function, compiled ahead of time for each shape and dtype of its inputs.
+
+    :meth:`prepare` compiles for the tiles of a call before any tile is read,
+    so the compiler's scratch memory is never resident beside them, and hands
+    the freed scratch back to the system (glibc would keep tens of megabytes
+    of it resident, outside any budget).  Calling it with inputs it was not
+    prepared for compiles them then.
 
     Examples
     --------
-    >>> import numpy as np
+    >>> import jax, numpy as np
     >>> double = BlockFunction(lambda b: b * 2)
-    >>> np.asarray(double(np.arange(3.0)))
+    >>> double.prepare(jax.ShapeDtypeStruct((3,), np.float32))
+    >>> np.asarray(double(np.arange(3, dtype=np.float32)))
     array([0., 2., 4.], dtype=float32)
     """
 
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        self._jitted = jax.jit(fn)
+    def __init__(self, fn: Callable[..., Any], donate_argnums: tuple[int, ...] = ()) -> None:
+        self._jitted = jax.jit(fn, donate_argnums=donate_argnums)
+        self._compiled: dict[tuple, Any] = {}
+
+    def prepare(self, *specs: Any) -> None:
+        """Compile for inputs like ``specs`` (arrays or ``jax.ShapeDtypeStruct``s) now."""
+        self._executable(specs)
+
+    def _executable(self, args: tuple) -> Any:
+        leaves, tree = jax.tree.flatten(args)
+        key = (tree, *(_aval_key(a) for a in leaves))
+        executable = self._compiled.get(key)
+        if executable is None:
+            specs = [jax.ShapeDtypeStruct(k[0], k[1], weak_type=k[2]) for k in key[1:]]
+            executable = self._jitted.lower(*jax.tree.unflatten(tree, specs)).compile()
+            self._compiled[key] = executable
+            trim()
+        return executable
+
+    def eval_shape(self, *specs: Any) -> Any:
+        """The output's shape and dtype for inputs like ``specs``."""
+        return jax.eval_shape(self._jitted, *specs)
 
     def __call__(self, *args: Any) -> Any:
-        compiled = self._jitted._cache_size()
-        result = self._jitted(*args)
-        if self._jitted._cache_size() != compiled:
-            jax.block_until_ready(result)
-            trim()
-        return result
+        # Handed a NumPy array, jit keeps it alive in a reference cycle until its next call or
+        # the garbage collector: one input tile more than the planner counts.  The same array
+        # put on the device first (without a copy, when it is aligned) is let go on return.
+        put = jax.tree.map(lambda a: a if isinstance(a, jax.Array) else jax.device_put(a), args)
+        return jax.block_until_ready(self._executable(put)(*put))
+
+
+def _aval_key(leaf: Any) -> tuple:
+    """Shape, dtype (as JAX will hold it) and weak type of an input leaf."""
+    if not hasattr(leaf, "dtype"):
+        leaf = jax.typeof(leaf)  # a Python scalar
+    weak = bool(getattr(leaf, "weak_type", False))
+    return tuple(leaf.shape), jax.dtypes.canonicalize_dtype(leaf.dtype), weak
 
 
 _JITTED: dict[tuple, Any] = {}
@@ -94,14 +128,39 @@ def _jitted(op: BlockParallelOp) -> tuple:
     """Block functions compiled once per op and parameters, reused across calls."""
     fns = _JITTED.get(op.block_key)
     if fns is None:
-        fns = tuple(BlockFunction(f) for f in (op.forward_block, op.backward_block, op.combine))
+
+        def accumulate(acc, *blocks):
+            return op.combine(acc, op.forward_block(*blocks))
+
+        # The accumulator is donated: XLA updates it in place, with no second tile beside it.
+        fns = (
+            BlockFunction(op.forward_block),
+            BlockFunction(accumulate, donate_argnums=(0,)),
+        )
         _JITTED[op.block_key] = fns
     return fns
+
+
+def _backward_of(op: BlockParallelOp, wanted: tuple[bool, ...]) -> BlockFunction:
+    """The op's backward block function returning only the gradients ``wanted`` (XLA then
+    skips computing the others: a data matrix's gradient is never formed)."""
+    key = (op.block_key, "backward", wanted)
+    fn = _JITTED.get(key)
+    if fn is None:
+
+        def backward(*args):
+            grads = op.backward_block(*args)
+            return tuple(g for g, w in zip(grads, wanted) if w)
+
+        fn = _JITTED[key] = BlockFunction(backward)
+    return fn
 
 
 #: Tile-sized buffers the engine adds to an op's own residency: the write-behind tile
 #: (prefetched input blocks are counted per input).
 WRITE_BEHIND_TILES = 1
+#: Tiles per stored input besides the op's own: read ahead, and still held by XLA.
+INPUT_TILES = 2
 
 
 class OOCAlgorithm:
@@ -127,14 +186,19 @@ class OOCAlgorithm:
         self.site = site or op.name
         self.counts = IOCounts(calls=1)
         if not isinstance(op, CustomOp):
-            self._forward, self._backward, self._combine = _jitted(op)
+            self._forward, self._accumulate = _jitted(op)
 
     def _counted(self, operands: list[Operand]) -> list[Operand]:
         return [Operand(o.value, self.counts) for o in operands]
 
     def residency(self, operands: list[Operand]) -> int:
-        """Tile-sized buffers resident at once: the op's own, plus prefetch and write-behind."""
-        prefetched = sum(o.stored for o in operands)
+        """Tile-sized buffers resident at once: the op's own, plus prefetch and write-behind.
+
+        Each stored input has two tiles besides the op's own: the one read
+        ahead, and the one XLA's CPU client has used without a copy and lets
+        go of in its own thread some time after the call returns.
+        """
+        prefetched = INPUT_TILES * sum(o.stored for o in operands)
         return self.op.residency + prefetched + WRITE_BEHIND_TILES
 
     def budget_elems(self, operands: list[Operand], itemsize: int) -> int:
@@ -149,14 +213,17 @@ class OOCAlgorithm:
                 f"({need} bytes with prefetch and write-behind); raise it to at least {need} "
                 "bytes with oocarr.set_memory_budget"
             )
+        if self.op.whole_budget:
+            return budget // itemsize
         return budget // itemsize * self.op.residency // total
 
-    def plan(self, operands: list[Operand], itemsize: int) -> Plan:
-        """Tiles for this call, from the budget, the residency and the inputs' chunks."""
+    def plan(self, operands: list[Operand], itemsize: int, share: int = 1) -> Plan:
+        """Tiles for this call, from the budget (``1 / share`` of it), the residency and the
+        inputs' chunks."""
         chunks = next(
             (o.value.chunks for o in operands if o.stored and o.value.chunks is not None), None
         )
-        return self.op.plan(self.budget_elems(operands, itemsize), chunks)
+        return self.op.plan(self.budget_elems(operands, itemsize) // share, chunks)
 
     def forward(
         self, operands: list[Operand], out: BlockedArray | np.ndarray | None = None
@@ -186,6 +253,11 @@ class OOCAlgorithm:
 
     def _forward_loop(self, operands: list[Operand], plan: Plan, out: Any) -> np.ndarray | None:
         nominal = _Nominal(self.op, plan)
+        specs = nominal.specs([o.value.dtype for o in operands])
+        if specs is not None:
+            self._forward.prepare(*specs)
+            if nominal.several_steps:
+                self._accumulate.prepare(self._forward.eval_shape(*specs), *specs)
 
         def read(step):
             return [o.read(r) for o, r in zip(operands, step[2])]
@@ -193,12 +265,9 @@ class OOCAlgorithm:
         acc = None
         with _WriteBehind(self._write_tile, out) as writer:
             for (region, last, _), blocks in prefetched(self._steps(plan), read):
-                part = self._forward(*nominal.inputs(blocks))
-                acc = part if acc is None else self._combine(acc, part)
-                # Dispatch is asynchronous: without waiting, the input blocks of many steps stay
-                # alive in the queue and the tiles in memory are no longer bounded by the budget.
-                jax.block_until_ready(acc)
-                del blocks, part
+                inputs = nominal.inputs(blocks)
+                acc = self._forward(*inputs) if acc is None else self._accumulate(acc, *inputs)
+                del blocks, inputs
                 if not last:
                     continue
                 self.counts.tiles += 1
@@ -240,14 +309,33 @@ class OOCAlgorithm:
                 run = CustomRun(self, operands, itemsize, g_operand, out, targets)
                 run.backward()
                 return
-            plan = self.plan([*operands, g_operand], itemsize)
-            self._backward_loop(operands, g_operand, targets, out, plan)
+            wanted = tuple(
+                i < len(targets) and targets[i] is not None for i in range(len(operands))
+            )
+            # A whole-budget op planned its tiles for the forward pass; gradient panels written
+            # to storage need as much room again as the input panels.
+            share = (
+                2
+                if self.op.whole_budget and any(w and o.stored for w, o in zip(wanted, operands))
+                else 1
+            )
+            plan = self.plan([*operands, g_operand], itemsize, share)
+            self._backward_loop(operands, g_operand, targets, out, plan, wanted)
         finally:
             record(self.site + " (backward)", self.counts)
 
-    def _backward_loop(self, operands, g_operand, targets, out, plan) -> None:
+    def _backward_loop(self, operands, g_operand, targets, out, plan, wanted) -> None:
         nominal = _Nominal(self.op, plan)
+        backward = _backward_of(self.op, wanted)
+        targets = [t for t, w in zip(targets, wanted) if w]
         extra_operands = [] if out is None else [out]
+        specs = nominal.specs([o.value.dtype for o in operands])
+        if specs is not None:
+            tile_specs = [
+                jax.ShapeDtypeStruct(nominal.out_shape if o.shape else (), o.value.dtype)
+                for o in (g_operand, *extra_operands)
+            ]
+            backward.prepare(*tile_specs, *specs)
 
         def read(step):
             region = step[0]
@@ -255,16 +343,17 @@ class OOCAlgorithm:
             return tiles, [o.read(r) for o, r in zip(operands, step[2])]
 
         def accumulate(_, step, grads, shapes):
-            for target, r, grad, shape in zip(targets, step[2], grads, shapes):
-                if target is not None:
-                    _accumulate(target, r, _crop_to(np.asarray(grad), shape), self.counts)
+            regions = [r for r, w in zip(step[2], wanted) if w]
+            shapes = [s for s, w in zip(shapes, wanted) if w]
+            for target, r, grad, shape in zip(targets, regions, grads, shapes):
+                _accumulate(target, r, _crop_to(np.asarray(grad), shape), self.counts)
 
         with _WriteBehind(accumulate, None) as writer:
             for step, (tiles, raw) in prefetched(self._steps(plan), read):
                 if step[1]:
                     self.counts.tiles += 1
                 tiles = [nominal.output(t) for t in tiles]
-                grads = jax.block_until_ready(self._backward(*tiles, *nominal.inputs(raw)))
+                grads = backward(*tiles, *nominal.inputs(raw))
                 writer.submit(step, grads, [b.shape for b in raw])
                 del tiles, raw, grads
 
@@ -475,8 +564,16 @@ class _Nominal:
         self.op = op
         first = next(op.out_regions(plan), None)
         self.out_shape = () if first is None else tuple(r.stop - r.start for r in first)
-        steps = () if first is None else next(iter(op.index_map(first, plan)), ())
+        all_steps = [] if first is None else list(itertools.islice(op.index_map(first, plan), 2))
+        steps = all_steps[0] if all_steps else ()
         self.in_shapes = [tuple(r.stop - r.start for r in regions) for regions in steps]
+        self.several_steps = len(all_steps) > 1
+
+    def specs(self, dtypes: list[np.dtype]) -> list[jax.ShapeDtypeStruct] | None:
+        """The block functions' inputs for every step (``None`` when there is no step)."""
+        if len(self.in_shapes) != len(dtypes):
+            return None
+        return [jax.ShapeDtypeStruct(s, d) for s, d in zip(self.in_shapes, dtypes)]
 
     def inputs(self, blocks: list[np.ndarray]) -> list[np.ndarray]:
         op = self.op

@@ -47,6 +47,9 @@ class Op:
     name: str = "op"
     #: Tile-sized buffers resident at once (inputs, partial, accumulator, output).
     residency: int = 3
+    #: ``plan`` gets the whole budget (in elements) and fits the engine's prefetched inputs and
+    #: write-behind tile in it itself, instead of one tile-sized buffer's share.
+    whole_budget: bool = False
     #: The backward pass also reads the forward output (``(g, out, *blocks)`` for block ops).
     needs_output: bool = False
 

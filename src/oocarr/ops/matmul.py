@@ -22,7 +22,8 @@ class Matmul(BlockParallelOp):
     """``a @ b``: ``(..., m, k) @ (..., k, n)``, with ``(k,)`` vectors on either side."""
 
     name = "matmul"
-    residency = 5  # a tile, b tile, partial product, accumulator, output tile
+    residency = 5  # for the budget check: a panel, b panel, partial, accumulator, output tile
+    whole_budget = True
     shape_dependent = True
 
     def compute_output_shape(self) -> tuple[int, ...]:
@@ -51,11 +52,35 @@ class Matmul(BlockParallelOp):
         )
 
     def plan(self, budget_elems: int, chunks) -> Plan:
-        per = max(1, budget_elems // self.residency)
-        side = max(1, math.isqrt(per))
-        tm = 1 if self.a_vec else min(max(self.m, 1), side)
-        tn = 1 if self.b_vec else min(max(self.n, 1), side)
-        tk = min(max(self.k, 1), max(1, per // max(tm, tn)))
+        """Output tiles as large as the budget allows, fed by thin k-panels of ``a`` and ``b``.
+
+        Each input is read ``n / tn`` (``a``) or ``m / tm`` (``b``) times, so
+        the output tile is what has to be large.  ``budget_elems`` is the whole
+        budget (``whole_budget``): the accumulator (updated in place), the
+        product being added to it and the finished tile waiting to be written
+        take ``3 tm tn``; the panels of ``a`` and ``b``, ``INPUT_TILES + 1``
+        each (the one in use, the next one read ahead, the previous one until
+        XLA lets go of it), ``3 tk (tm + tn)``.  Square tiles with
+        ``tk = side / 16`` spend it as ``3.375 side²``; a short side (a vector,
+        a tall-skinny product) leaves room to lengthen the other.  Sides are
+        balanced so that no edge tile is mostly padding.
+        """
+        total = max(1, budget_elems)
+        m = 1 if self.a_vec else max(self.m, 1)
+        n = 1 if self.b_vec else max(self.n, 1)
+        k = max(self.k, 1)
+        side = max(1, math.isqrt(total * 8 // 27))
+        tm, tn = min(m, side), min(n, side)
+        # Lengthening the long side only saves re-reads of the short operand, a fraction
+        # short / long of the long one's bytes: beyond SHORT_SIDE_RATIO times, not worth memory.
+        if tn < side and tn <= tm:
+            longest = max(side, SHORT_SIDE_RATIO * tn)
+            tm = min(m, longest, max(tm, (total - 3 * k * tn) // (3 * tn + 3 * k)))
+        elif tm < side:
+            longest = max(side, SHORT_SIDE_RATIO * tm)
+            tn = min(n, longest, max(tn, (total - 3 * k * tm) // (3 * tm + 3 * k)))
+        tm, tn = _balanced(m, tm), _balanced(n, tn)
+        tk = _balanced(k, min(k, max(1, (total - 3 * tm * tn) // (3 * (tm + tn)))))
         tile = (
             *(1 for _ in self.batch),
             *(() if self.a_vec else (tm,)),
@@ -80,3 +105,29 @@ class Matmul(BlockParallelOp):
 
     def forward_block(self, a: jax.Array, b: jax.Array) -> jax.Array:
         return jnp.matmul(a, b)
+
+
+#: How much longer than a short side (a vector, a narrow matrix) the other side of an output
+#: tile grows, budget permitting.
+SHORT_SIDE_RATIO = 64
+
+#: Tile sides above this are rounded to a multiple of it where that fits: vector widths and
+#: storage chunks are powers of two.
+_ALIGN = 128
+
+
+def _balanced(extent: int, most: int) -> int:
+    """The tile side, at most ``most``, that cuts ``extent`` into the fewest, most equal parts.
+
+    A multiple of :data:`_ALIGN` that divides ``extent`` exactly is preferred when one lies
+    between ``most / 2`` and ``most``.
+
+    >>> _balanced(4096, 2828), _balanced(8192, 1365), _balanced(1000, 300), _balanced(7, 3)
+    (2048, 1024, 250, 3)
+    """
+    most = max(1, min(most, extent))
+    for side in range(most - most % _ALIGN, most // 2, -_ALIGN):
+        if side and extent % side == 0:
+            return side
+    parts = -(-extent // most)
+    return -(-extent // parts)

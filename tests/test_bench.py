@@ -1,0 +1,84 @@
+"""``scripts/bench.py``: a tiny run end to end, and the check that keeps wrong answers out."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+SCRIPTS = pathlib.Path(__file__).parents[1] / "scripts"
+#: The tiny run of these takes ~20 s on 2 cores (every workload: ~45 s): reductions over four
+#: formats with cold runs, matmul's spot checks, and batches, whose peer uses oocarr's plan.
+WORKLOADS = ["sum", "matmul", "batches"]
+
+
+def _bench_module():
+    sys.path.insert(0, str(SCRIPTS))
+    spec = importlib.util.spec_from_file_location("oocarr_bench_script", SCRIPTS / "bench.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_tiny_run_reports_verified_rows_for_each_workload(tmp_path):
+    pytest.importorskip("dask")
+    out, table = tmp_path / "bench.json", tmp_path / "bench.md"
+    command = [
+        sys.executable,
+        str(SCRIPTS / "bench.py"),
+        "--tiny",
+        "--dir",
+        str(tmp_path / "data"),
+        "--json",
+        str(out),
+        "--markdown",
+        str(table),
+        "--only",
+        ",".join(WORKLOADS),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+
+    report = json.loads(out.read_text())
+    assert report["verified"] and report["failures"] == []
+    assert {row["workload"] for row in report["rows"]} == set(WORKLOADS)
+    for row in report["rows"]:
+        assert row["verified"] and row["note"] == ""
+        assert row["oocarr_median"] > 0 and all(t > 0 for t in row["oocarr_times"])
+        assert row["peers"], row
+        assert all(p["median"] > 0 and p["ratio"] > 0 for p in row["peers"])
+        assert row["bytes_read"] > 0
+    assert {r["cache"] for r in report["rows"] if r["workload"] == "sum"} == {"warm", "cold"}
+    assert report["machine"]["versions"]["oocarr"]
+    assert "| workload |" in done.stdout
+    assert "CPU" in table.read_text() and "| workload |" in table.read_text()
+    # the peers' outputs and oocarr's scratch directory are gone; the data files stay
+    data = tmp_path / "data" / "tiny"
+    assert not (data / "out").exists() and not (data / "scratch").exists()
+    assert (data / "sum.zarr").is_dir() and (data / "matmul_A.npy").is_file()
+
+
+def test_a_result_that_disagrees_with_its_peer_is_not_reported():
+    bench = _bench_module()
+    run = bench.make_run(bench.parse_args(["--tiny", "--dir", "/nonexistent"]))
+
+    def measured(oocarr_sum: float) -> dict:
+        return {
+            ("sum", "oocarr", "sum", "npy", "warm"): {"check": oocarr_sum},
+            ("sum", "dask", "sum", "npy", "warm"): {"check": 1000.0},
+            ("sum", "loop", "sum", "npy", "warm"): {"check": 1000.001},
+        }
+
+    assert bench.verify(run, measured(1000.0)) == []
+    failures = bench.verify(run, measured(1001.0))
+    assert len(failures) == 2 and all("sum npy warm: oocarr vs" in f for f in failures)
+    assert bench.disagreement(
+        "lsq", {"value": 1.0, "grad": [1.0, 2.0]}, {"value": 1.0, "grad": [1.0, 2.5]}
+    )
+    assert bench.disagreement("batches", {"total": 5.0, "rows": 9}, {"total": 5.0, "rows": 10})

@@ -139,10 +139,7 @@ WORKLOADS = {
             ("chain",),
             ("hdf5", "npy"),
             BOTH,
-            {
-                "oocarr": (DASK, LOOP),
-                "oocarr-opbyop": (Peer("stream_sum", "oocarr"), Peer("Dask", "dask")),
-            },
+            {"oocarr": (DASK, LOOP)},
         ),
         Workload(
             3,

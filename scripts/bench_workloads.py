@@ -746,14 +746,14 @@ def _value_grad(result: Any) -> dict[str, Any]:
     return {"value": float(value), "grad": np.asarray(grad, dtype=float).ravel().tolist()}
 
 
-def _lsq_oocarr(ctx: Context, op: str, fmt: str) -> Case:
+def _lsq_stored_case(ctx: Context, loss: Callable[..., Any]) -> Case:
+    """``jax.jit(jax.value_and_grad(loss))(w, X, y)`` with ``X`` and ``y`` opened by oocarr."""
     import jax
     import jax.numpy as jnp
 
     import oocarr
 
     x, y, files = _lsq_inputs(ctx)
-    loss = oocarr.stream_sum(lambda w, xb, yb: jnp.sum((xb @ w - yb) ** 2))
     step = jax.jit(jax.value_and_grad(loss))
     w = jnp.asarray(lsq_start(ctx.sizes))
 
@@ -764,21 +764,18 @@ def _lsq_oocarr(ctx: Context, op: str, fmt: str) -> Case:
     return Case(run, files, _value_grad)
 
 
-def _lsq_oocarr_opbyop(ctx: Context, op: str, fmt: str) -> Case:
-    import jax
+def _lsq_oocarr(ctx: Context, op: str, fmt: str) -> Case:
     import jax.numpy as jnp
 
     import oocarr
 
-    x, y, files = _lsq_inputs(ctx)
-    step = jax.jit(jax.value_and_grad(lambda w, x, y: oocarr.sum(oocarr.square(x @ w - y))))
-    w = jnp.asarray(lsq_start(ctx.sizes))
+    return _lsq_stored_case(ctx, oocarr.stream_sum(lambda w, xb, yb: jnp.sum((xb @ w - yb) ** 2)))
 
-    def run() -> Any:
-        value, grad = step(w, oocarr.open(x.url), oocarr.open(y.url))
-        return float(value), np.asarray(grad)
 
-    return Case(run, files, _value_grad)
+def _lsq_oocarr_opbyop(ctx: Context, op: str, fmt: str) -> Case:
+    import oocarr
+
+    return _lsq_stored_case(ctx, lambda w, x, y: oocarr.sum(oocarr.square(x @ w - y)))
 
 
 def _lsq_jax(ctx: Context, op: str, fmt: str) -> Case:

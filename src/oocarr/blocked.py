@@ -653,10 +653,10 @@ class BlockedArray(abc.ABC):
         """Read a region as a read-only array that may share memory with the storage.
 
         Drivers that can hand out the stored bytes without a copy (a mapping of
-        the region of a ``.npy`` file) do; the others read a copy.  The array
-        holds what was stored when it was read: oocarr never writes in place
-        into storage another op reads (updates replace it whole).  What a view
-        maps is released when the array is garbage-collected.
+        the region of a ``.npy`` file) do; the others read a copy.  A view
+        shows later writes to the same bytes, so it is for reading storage that
+        nothing writes meanwhile (the engine's inputs: updates replace storage
+        whole).  What a view maps is released when the array is collected.
 
         Examples
         --------

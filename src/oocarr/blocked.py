@@ -29,7 +29,7 @@ import json
 import math
 import os
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -649,14 +649,20 @@ class BlockedArray(abc.ABC):
             self._read(region, out)
         return out
 
-    def read_view(self, region: Sequence[slice] | None = None) -> np.ndarray:
+    def read_view(
+        self,
+        region: Sequence[slice] | None = None,
+        empty: Callable[[tuple[int, ...], np.dtype], np.ndarray] | None = None,
+    ) -> np.ndarray:
         """Read a region as a read-only array that may share memory with the storage.
 
         Drivers that can hand out the stored bytes without a copy (a mapping of
-        the region of a ``.npy`` file) do; the others read a copy.  A view
-        shows later writes to the same bytes, so it is for reading storage that
-        nothing writes meanwhile (the engine's inputs: updates replace storage
-        whole).  What a view maps is released when the array is collected.
+        the region of a ``.npy`` file) do; the others read a copy, into
+        ``empty(shape, dtype)`` when given (a C-contiguous buffer, such as
+        :meth:`oocarr.buffers.BufferPool.empty`'s).  A view shows later writes
+        to the same bytes, so it is for reading storage that nothing writes
+        meanwhile (the engine's inputs: updates replace storage whole).  What a
+        view maps is released when the array is collected.
 
         Examples
         --------
@@ -669,7 +675,8 @@ class BlockedArray(abc.ABC):
         region = check_region(region, self._shape, self.url)
         view = self._view(region) if math.prod(pages.region_shape(region)) else None
         if view is None:
-            view = self.read_region(region)
+            buffer = None if empty is None else empty(pages.region_shape(region), self._dtype)
+            view = self.read_region(region, out=buffer)
             view.flags.writeable = False
         return view
 

@@ -4,16 +4,23 @@ XLA's CPU client takes a NumPy array as is only when its data is aligned to
 64 bytes; NumPy's own large allocations are aligned to 16, so every block
 handed to a jitted block function would be copied once more, a second
 tile-sized buffer per input outside the planner's count.
+
+Fresh tile-sized buffers cost a page fault per 4 KiB page on first touch,
+which on a virtual machine can cost more than reading the tile from the page
+cache; :class:`BufferPool` hands the same few buffers out again once
+nothing (JAX included) still uses them.
 """
 
 from __future__ import annotations
 
 import math
+import threading
+import weakref
 from typing import Any
 
 import numpy as np
 
-__all__ = ["ALIGNMENT", "aligned_empty"]
+__all__ = ["ALIGNMENT", "aligned_empty", "BufferPool"]
 
 #: Byte alignment XLA's CPU client needs to use a host buffer without a copy.
 ALIGNMENT = 64
@@ -33,3 +40,85 @@ def aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     raw = np.empty(nbytes + ALIGNMENT, np.uint8)
     start = -raw.ctypes.data % ALIGNMENT
     return raw[start : start + nbytes].view(dtype).reshape(shape)
+
+
+class _Lease:
+    """The owner every array cut from one pooled buffer points to (NumPy collapses a view's
+    ``base`` to it), so that it dies only when the last of them does."""
+
+    __slots__ = ("__array_interface__", "_raw", "__weakref__")
+
+    def __init__(self, raw: np.ndarray) -> None:
+        self._raw = raw
+        self.__array_interface__ = {
+            "shape": (raw.nbytes,),
+            "typestr": "|u1",
+            "data": (raw.ctypes.data, False),
+            "version": 3,
+        }
+
+
+def _give_back(pool_ref: weakref.ref, raw: np.ndarray) -> None:
+    pool = pool_ref()
+    if pool is not None:
+        pool._put(raw)
+
+
+class BufferPool:
+    """Aligned buffers that come back for reuse once every array using one has died.
+
+    :meth:`empty` returns an array like :func:`aligned_empty`; when it and
+    every view of it are gone (a ``jax.Array`` that uses it without a copy
+    keeps it alive), its memory goes back to the pool, which keeps at most
+    ``keep`` free buffers.  The pool never holds more memory than the
+    buffers that were in use at once, and frees its buffers when it is
+    collected.  Thread-safe.
+
+    Parameters
+    ----------
+    keep : int
+        Most free buffers kept for reuse.
+
+    Examples
+    --------
+    >>> pool = BufferPool(keep=2)
+    >>> a = pool.empty((4, 4), "float32")
+    >>> address = a.ctypes.data
+    >>> del a
+    >>> b = pool.empty((2, 8), "float32")  # the same memory again
+    >>> b.ctypes.data == address, b.ctypes.data % ALIGNMENT
+    (True, 0)
+    """
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self._free: list[np.ndarray] = []
+        self._lock = threading.Lock()
+        self._ref = weakref.ref(self)
+
+    def empty(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        """An uninitialised aligned C-contiguous array, in a reused buffer when one fits."""
+        dtype = np.dtype(dtype)
+        nbytes = math.prod(shape) * dtype.itemsize
+        raw = None
+        with self._lock:
+            fits = [i for i, b in enumerate(self._free) if b.nbytes >= nbytes]
+            if fits:
+                raw = self._free.pop(min(fits, key=lambda i: self._free[i].nbytes))
+            else:  # smaller free buffers would only ever serve smaller requests
+                self._free.clear()
+        if raw is None:
+            raw = aligned_empty((max(nbytes, 1),), np.uint8)
+        lease = _Lease(raw)
+        weakref.finalize(lease, _give_back, self._ref, raw)
+        return np.asarray(lease)[:nbytes].view(dtype).reshape(shape)
+
+    def _put(self, raw: np.ndarray) -> None:
+        with self._lock:
+            if len(self._free) < self.keep:
+                self._free.append(raw)
+
+    @property
+    def free(self) -> int:
+        """Free buffers held for reuse."""
+        return len(self._free)

@@ -21,6 +21,7 @@ import numpy as np
 
 from . import pages
 from .blocked import BlockedArray
+from .buffers import BufferPool
 from .config import memory_budget_bytes
 from .dispatch import use_synchronous_cpu_dispatch
 from .errors import BudgetTooSmallError
@@ -47,6 +48,9 @@ class Operand:
         self.stored = isinstance(value, BlockedArray)
         self.counts = counts
         self._last: tuple[Region, np.ndarray] | None = None
+        # the planner counts INPUT_TILES blocks per stored input; the pool never holds more
+        # than were in use at once
+        self._buffers = BufferPool(keep=INPUT_TILES) if self.stored else None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -57,7 +61,7 @@ class Operand:
             return np.asarray(self.value[region]) if region else np.asarray(self.value)
         if self._last is not None and self._last[0] == region:
             return self._last[1]
-        block = self.value.read_view(region)
+        block = self.value.read_view(region, self._buffers.empty)
         if self.counts is not None:
             self.counts.count_read(block.nbytes)
         self._last = (region, block)

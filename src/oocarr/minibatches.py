@@ -30,7 +30,7 @@ import jax
 import numpy as np
 
 from .blocked import BlockedArray
-from .buffers import aligned_empty
+from .buffers import BufferPool
 from .config import memory_budget_bytes
 from .disk_array import DiskArray
 from .errors import BudgetTooSmallError, InvalidArgumentError, ShapeMismatchError
@@ -90,6 +90,7 @@ class _Plan:
     block_rows: int
     buffer_rows: int
     resident_bytes: int
+    batches_held: int
 
 
 class _Source:
@@ -218,7 +219,7 @@ def _plan(
         block = min(max(unit, target // unit * unit), whole)
         buffer_rows = min(block + batch_rows - 1, rows + block)
     resident = batches_bytes + (buffer_rows + unit) * row_bytes
-    return _Plan(block, buffer_rows, resident)
+    return _Plan(block, buffer_rows, resident, prefetch + EXTRA_BATCHES)
 
 
 class _Failure:
@@ -252,6 +253,9 @@ def _read_batches(
     starts = list(range(0, rows, size))
     order = rng.permutation(len(starts)) if rng is not None else range(len(starts))
     buffers = [np.empty((cap, *s.row_shape), s.dtype) for s in sources]
+    # batches resident at once: the planner's prefetch + EXTRA_BATCHES, whose buffers come
+    # back once JAX and the loop are done with them (fresh ones cost a page fault per page)
+    pool = BufferPool(keep=plan.batches_held * len(sources))
     for s in sources:
         s.pages(size)
     begin = count = 0
@@ -276,25 +280,26 @@ def _read_batches(
             return
         take = min(batch_size, count)
         if rng is None:
-            batch = tuple(_copy_rows(buf, slice(begin, begin + take)) for buf in buffers)
+            batch = tuple(_copy_rows(buf, slice(begin, begin + take), pool) for buf in buffers)
             begin, count = (begin + take, count - take) if count > take else (0, 0)
         else:
             picked = rng.choice(count, size=take, replace=False)
-            batch = tuple(_copy_rows(buf, picked) for buf in buffers)
+            batch = tuple(_copy_rows(buf, picked, pool) for buf in buffers)
             _fill_holes(buffers, picked, count)
             count -= take
         yield batch
         del batch
 
 
-def _copy_rows(buffer: np.ndarray, rows: slice | np.ndarray) -> np.ndarray:
-    """A new (aligned) array of the buffer's ``rows``, gathered in one copy."""
+def _copy_rows(buffer: np.ndarray, rows: slice | np.ndarray, pool: BufferPool) -> np.ndarray:
+    """An (aligned) array of the buffer's ``rows`` from ``pool``, gathered in one copy."""
     if isinstance(rows, slice):
-        out = aligned_empty((rows.stop - rows.start, *buffer.shape[1:]), buffer.dtype)
+        out = pool.empty((rows.stop - rows.start, *buffer.shape[1:]), buffer.dtype)
         np.copyto(out, buffer[rows])
     else:
-        out = aligned_empty((len(rows), *buffer.shape[1:]), buffer.dtype)
-        np.take(buffer, rows, axis=0, out=out)
+        out = pool.empty((len(rows), *buffer.shape[1:]), buffer.dtype)
+        # "clip" (the rows are in range): "raise" with out= gathers through a temporary
+        np.take(buffer, rows, axis=0, out=out, mode="clip")
     return out
 
 
@@ -338,7 +343,7 @@ class _Reader:
     def run(self) -> None:
         try:
             for batch in self._batches:
-                item = tuple(jax.device_put(b) for b in batch)
+                item = tuple(jax.device_put(batch))
                 del batch
                 if not self._put(item):
                     return
@@ -413,7 +418,7 @@ class Epoch:
             return _END
         except BaseException as err:
             return _Failure(err)
-        return tuple(jax.device_put(b) for b in batch)
+        return tuple(jax.device_put(batch))
 
     def _next_queued(self) -> Any:
         if self._thread is None:

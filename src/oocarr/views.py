@@ -123,9 +123,9 @@ class RegionView(BlockedArray):
     def _read(self, region: tuple[slice, ...], out: np.ndarray) -> None:
         self._base.read_region(self._to_base(region), out=out.reshape(self._base_shape(region)))
 
-    def _view(self, region: tuple[slice, ...]) -> np.ndarray:
-        view = self._base.read_view(self._to_base(region))
-        return view.reshape(tuple(r.stop - r.start for r in region))
+    def _view(self, region: tuple[slice, ...]) -> np.ndarray | None:
+        view = self._base._view(self._to_base(region))
+        return None if view is None else view.reshape(tuple(r.stop - r.start for r in region))
 
     def _write(self, region: tuple[slice, ...], value: np.ndarray) -> None:
         self._base.write_region(self._to_base(region), value.reshape(self._base_shape(region)))

@@ -126,6 +126,11 @@ class CodecPipeline:
     compressors: tuple[_BytesCodec, ...] = ()
     crc32c: Any = None
 
+    @property
+    def plain(self) -> bool:
+        """The stored bytes of a chunk are its C-ordered little-endian array as is."""
+        return not (self.compressors or self.orders or self.big_endian)
+
     @classmethod
     def for_writing(cls, dtype: np.dtype, compression: Compression | None) -> CodecPipeline:
         """The pipeline oocarr writes: ``bytes`` little endian plus an optional compressor."""

@@ -76,6 +76,8 @@ BATCH_KEYS = 1024
 _OTHER_FORMATS = (".npy", ".h5", ".hdf5", ".he5", ".nc", ".zip")
 _GLOB_CHARS = re.compile(r"[*?\[]")
 _UNSEEN = object()
+#: Uncompressed local chunks at least this large are read by several threads at once.
+LOCAL_PARALLEL_BYTES = 256 * 2**10
 #: Threads that encode and decode compressed chunks.
 CODEC_THREADS = min(8, os.cpu_count() or 1)
 _POOL: ThreadPoolExecutor | None = None
@@ -195,6 +197,32 @@ def _fetch(fs: fsspec.AbstractFileSystem, keys: list[str], url: str) -> dict[str
             err.add_note(f"while reading chunk {key!r} of {url}")
             raise
     return out
+
+
+def _read_file_into(path: str, buffer: np.ndarray) -> bool:
+    """Fill ``buffer`` with the bytes of the file at ``path``; False when there is no file.
+
+    Raises
+    ------
+    ValueError
+        When the file does not hold exactly ``buffer.nbytes`` bytes.
+    """
+    view = memoryview(buffer.reshape(-1).view(np.uint8))
+    try:
+        f = open(path, "rb", buffering=0)
+    except FileNotFoundError:
+        return False
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        if size != len(view):
+            raise ValueError(f"the chunk file has {size} bytes, expected {len(view)}")
+        done = 0
+        while done < len(view):
+            got = f.readinto(view[done:])
+            if not got:
+                raise ValueError(f"the chunk file ended after {done} of {len(view)} bytes")
+            done += got
+    return True
 
 
 def _store(fs: fsspec.AbstractFileSystem, blobs: dict[str, bytes]) -> None:
@@ -561,6 +589,9 @@ class ZarrArray(BlockedArray):
 
     def _read(self, region, out) -> None:
         fs = self._fs()
+        if isinstance(fs, LocalFileSystem) and self._meta.codecs.plain:
+            self._read_local(fs, region, out)
+            return
 
         def fill(item) -> None:
             index, key, data = item
@@ -574,6 +605,43 @@ class ZarrArray(BlockedArray):
             keys = [self._key(index) for index in batch]
             found = _fetch(fs, keys, self.url)
             self._map(fill, [(index, key, found[key]) for index, key in zip(batch, keys)])
+
+    def _read_local(self, fs: LocalFileSystem, region, out: np.ndarray) -> None:
+        """Read uncompressed chunks of a local array with ``readinto``, several at a time:
+        straight into ``out`` when a whole chunk lands contiguously there, else through one
+        reused chunk buffer per thread (fresh buffers cost a page fault per page)."""
+        nbytes = self._meta.chunk_nbytes
+        spare: list[np.ndarray] = []
+        lock = threading.Lock()
+
+        def fill(index: tuple[int, ...]) -> None:
+            key = self._key(index)
+            in_chunk, in_out, whole = self._overlap(index, region)
+            target = out[(*in_out, ...)]  # a view even of a 0-d array
+            full = all(s.stop - s.start == c for s, c in zip(in_chunk, self._chunks))
+            direct = whole and full and target.flags.c_contiguous
+            with lock:
+                buffer = target if direct else (spare.pop() if spare else None)
+            if buffer is None:
+                buffer = np.empty(self._chunks, self._dtype)
+            try:
+                if not _read_file_into(fs._strip_protocol(key), buffer):
+                    target[...] = self._meta.fill_value
+                elif not direct:
+                    target[...] = buffer[in_chunk]
+            except ValueError as err:
+                raise chunk_error(self._locator, key, err) from None
+            finally:
+                if not direct:
+                    with lock:
+                        spare.append(buffer)
+
+        indices = list(self._indices(region))
+        if len(indices) > 1 and nbytes >= LOCAL_PARALLEL_BYTES:
+            list(_codec_pool().map(fill, indices))
+        else:
+            for index in indices:
+                fill(index)
 
     def _blank_chunk(self) -> np.ndarray:
         return np.full(self._chunks, self._meta.fill_value, dtype=self._dtype)

@@ -513,6 +513,48 @@ def test_corrupt_chunk(tmp_path):
         store[...]
 
 
+def test_corrupt_uncompressed_chunk(tmp_path):
+    path = write(str(tmp_path / "a.zarr"), np.ones((4, 4), "f4"), chunks=(2, 2))
+    with open(os.path.join(path, "c", "1", "0"), "wb") as f:
+        f.write(b"short")
+    store = oocarr.open(path).store
+    np.testing.assert_array_equal(store[:2], np.ones((2, 4)))
+    with pytest.raises(InvalidStoreError, match="c/1/0.*5 bytes"):
+        store[...]
+
+
+@pytest.mark.parametrize("dtype", ["f4", "i2", "u1", "?"])
+def test_local_uncompressed_reads_match_zarr_python(tmp_path, dtype):
+    # chunks of 256 KiB or more are read by several threads; edge chunks are padded on disk
+    rng = np.random.default_rng(3)
+    data = (rng.standard_normal((700, 530)) * 100).astype(dtype)
+    path = str(tmp_path / "a.zarr")
+    z = zarr.create_array(store=path, shape=data.shape, chunks=(256, 256), dtype=dtype)
+    z[:] = data
+    z[256:512, 256:512] = 0  # stays stored: zarr-python writes chunks equal to the fill value
+    os.remove(os.path.join(path, "c", "0", "1"))  # a chunk never written: the fill value
+    expected = z[...]
+    store = oocarr.open(path).store
+    for region in [
+        (slice(0, 700), slice(0, 530)),
+        (slice(256, 512), slice(0, 530)),
+        (slice(10, 600), slice(100, 300)),
+        (slice(699, 700), slice(529, 530)),
+    ]:
+        np.testing.assert_array_equal(store.read_region(region), expected[region])
+
+
+def test_local_whole_chunks_are_read_straight_into_the_tile(tmp_path):
+    data = np.arange(1000 * 128, dtype="f8").reshape(1000, 128)
+    path = str(tmp_path / "a.zarr")
+    zarr.create_array(store=path, shape=data.shape, chunks=(300, 128), dtype="f8")[:] = data
+    store = oocarr.open(path).store
+    out = np.full((600, 128), -1.0)
+    store.read_region((slice(300, 900), slice(0, 128)), out=out)
+    np.testing.assert_array_equal(out, data[300:900])
+    np.testing.assert_array_equal(store.read_region((slice(0, 1000), slice(0, 128))), data)
+
+
 def test_create_over_existing(tmp_path):
     path = write(str(tmp_path / "a.zarr"), np.arange(4.0))
     with pytest.raises(AlreadyExistsError, match="overwrite=True"):

@@ -209,19 +209,18 @@ def _read_file_into(path: str, buffer: np.ndarray) -> bool:
     """
     view = memoryview(buffer.reshape(-1).view(np.uint8))
     try:
-        f = open(path, "rb", buffering=0)
+        with open(path, "rb", buffering=0) as f:
+            size = os.fstat(f.fileno()).st_size
+            if size != len(view):
+                raise ValueError(f"the chunk file has {size} bytes, expected {len(view)}")
+            done = 0
+            while done < len(view):
+                got = f.readinto(view[done:])
+                if not got:
+                    raise ValueError(f"the chunk file ended after {done} of {len(view)} bytes")
+                done += got
     except FileNotFoundError:
         return False
-    with f:
-        size = os.fstat(f.fileno()).st_size
-        if size != len(view):
-            raise ValueError(f"the chunk file has {size} bytes, expected {len(view)}")
-        done = 0
-        while done < len(view):
-            got = f.readinto(view[done:])
-            if not got:
-                raise ValueError(f"the chunk file ended after {done} of {len(view)} bytes")
-            done += got
     return True
 
 

@@ -191,7 +191,7 @@ WORKLOADS = {
             6,
             "batches",
             "one epoch of batches(1024)",
-            ("in-order", "shuffled"),
+            ("in-order", "shuffled", "shuffled-one-block"),
             ("hdf5",),
             (WARM,),
             {"oocarr": (Peer("loop", "loop", 0.9),)},
@@ -223,6 +223,7 @@ OP_LABELS = {
     "value_and_grad": "least squares value_and_grad",
     "in-order": "batches(1024), in order",
     "shuffled": "batches(1024), shuffled",
+    "shuffled-one-block": "batches(1024), shuffled, shuffle_buffer = one block + a batch",
     "convert": "oocarr convert",
 }
 

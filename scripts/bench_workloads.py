@@ -850,11 +850,22 @@ def _batches_oocarr(ctx: Context, op: str, fmt: str) -> Case:
 
     x, y, files = _lsq_inputs(ctx)
     step = _batch_step()
-    shuffle = op == "shuffled"
+    shuffle = op.startswith("shuffled")
+    buffer_rows = None  # the default: what the budget leaves
 
     def loader() -> Any:
         features, targets = oocarr.open(x.url), oocarr.open(y.url)
-        return oocarr.batches(features, targets, batch_size=BATCH_SIZE, shuffle=shuffle, seed=0)
+        return oocarr.batches(
+            features,
+            targets,
+            batch_size=BATCH_SIZE,
+            shuffle=shuffle,
+            seed=0,
+            shuffle_buffer=buffer_rows,
+        )
+
+    if op == "shuffled-one-block":  # the loop's mixing: rows of one block (and a remainder)
+        buffer_rows = loader().plan()["block_rows"] + BATCH_SIZE
 
     def run() -> tuple[float, int]:
         total, rows = 0.0, 0
@@ -876,7 +887,7 @@ def _batches_loop(ctx: Context, op: str, fmt: str) -> Case:
 
     x, y, files = _lsq_inputs(ctx)
     step = _batch_step()
-    shuffle = op == "shuffled"
+    shuffle = op.startswith("shuffled")
     rows, cols = x.spec.shape
     block = int(ctx.hints.get("block_rows", {}).get(op) or x.spec.chunks[0])
 

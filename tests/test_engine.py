@@ -86,3 +86,28 @@ def test_the_planner_counts_prefetch_and_write_behind_buffers(tmp_path):
     assert "add" in str(info.value) and "at least 28 bytes" in str(info.value)
     with oocarr.memory_budget(4 * 7):
         np.testing.assert_array_equal(np.asarray(x + 1.0), np.full((10, 10), 2.0))
+
+
+@pytest.mark.parametrize("fmt", ["npy", "h5"])
+def test_reduction_tiles_suit_the_storage_layout(tmp_path, fmt):
+    from oocarr.ops.reductions import Sum
+
+    data = np.random.default_rng(2).random((96, 64), dtype="f4")
+    if fmt == "npy":
+        url = str(tmp_path / "x.npy")
+        x = oocarr.save(data, url)
+    else:
+        h5py = pytest.importorskip("h5py")
+        with h5py.File(tmp_path / "x.h5", "w") as f:
+            f.create_dataset("x", data=data, chunks=(16, 16))
+        x = oocarr.open(str(tmp_path / "x.h5") + "#/x")
+    budget = 4 * 4 * 700  # tiles of at most ~700 elements beside the engine's buffers
+    with oocarr.memory_budget(budget):
+        plan = engine.OOCAlgorithm(Sum((96, 64))).plan([engine.Operand(x.store)], 4)
+        total = float(oocarr.sum(x))
+    tile = (plan.extra["in0"], plan.extra["in1"])
+    if fmt == "npy":  # contiguous: whole rows, one run of the file per tile
+        assert tile[1] == 64, tile
+    else:  # chunks stacked along the first axis, cut evenly: no edge padding
+        assert tile[1] == 16 and tile[0] % 16 == 0 and 96 % tile[0] == 0, tile
+    np.testing.assert_allclose(total, data.sum(dtype=np.float64), rtol=1e-5)

@@ -55,7 +55,10 @@ class Sum(BlockParallelOp):
         per_tile = max(1, budget_elems // self.residency)
         # the input tile is only reduced, so its chunks may lie anywhere in it: stacked along
         # the first axis, each is one contiguous run that the driver reads straight in
-        in_tile = pages.grow_block(shape, 1, per_tile, base=chunks, first_axis_first=True)
+        # (contiguous storage, chunks None, wants whole trailing axes: one run of the file)
+        in_tile = pages.grow_block(
+            shape, 1, per_tile, base=chunks, first_axis_first=chunks is not None
+        )
         if math.prod(in_tile) > per_tile:
             in_tile = pages.grow_block(shape, 1, per_tile)
         out_tile = self._out_of(in_tile, fill=1)

@@ -255,7 +255,7 @@ def _read_batches(
     buffers = [np.empty((cap, *s.row_shape), s.dtype) for s in sources]
     # batches resident at once: the planner's prefetch + EXTRA_BATCHES, whose buffers come
     # back once JAX and the loop are done with them (fresh ones cost a page fault per page)
-    pool = BufferPool(keep=plan.batches_held * len(sources))
+    pools = [BufferPool(keep=plan.batches_held) for _ in sources]
     for s in sources:
         s.pages(size)
     begin = count = 0
@@ -280,11 +280,12 @@ def _read_batches(
             return
         take = min(batch_size, count)
         if rng is None:
-            batch = tuple(_copy_rows(buf, slice(begin, begin + take), pool) for buf in buffers)
+            front = slice(begin, begin + take)
+            batch = tuple(_copy_rows(buf, front, pool) for buf, pool in zip(buffers, pools))
             begin, count = (begin + take, count - take) if count > take else (0, 0)
         else:
             picked = rng.choice(count, size=take, replace=False)
-            batch = tuple(_copy_rows(buf, picked, pool) for buf in buffers)
+            batch = tuple(_copy_rows(buf, picked, pool) for buf, pool in zip(buffers, pools))
             _fill_holes(buffers, picked, count)
             count -= take
         yield batch

@@ -84,7 +84,8 @@ def grow_block(
         multiples = max(1, budget // (rest * unit))
         if first_axis_first:  # as many blocks along the axis, all of one size: no edge padding
             units = -(-full // unit)
-            multiples = -(-units // -(-units // multiples))
+            parts = -(-units // multiples)
+            multiples = -(-units // parts)
         block[axis] = min(full, unit * multiples)
         break
     return tuple(block)

@@ -14,14 +14,15 @@ across ``fork``, and closed when the last store on it is released.  It is
 opened read-write while any store in the process writes to the file and
 read-only otherwise, so other processes can read a file once its writers
 are closed (HDF5 file locking forbids opening a file that another process
-has open for writing).
+has open for writing).  They live in :mod:`oocarr_drivers.hdf5_handles`.
 
 Attributes
 ----------
 Strings, numbers, booleans and rectangular lists of one of those types are
 stored as native HDF5 attributes; dicts, ``None``, empty, mixed and ragged
 lists are stored as JSON text and their names recorded in the attribute
-``_oocarr_json`` so they read back as what was written.
+``_oocarr_json`` so they read back as what was written
+(:mod:`oocarr_drivers.hdf5_attrs`).
 
 Creating
 --------
@@ -33,14 +34,8 @@ commit; the other datasets in the file are not touched.
 
 from __future__ import annotations
 
-import collections
-import json
 import math
 import os
-import threading
-import weakref
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import h5py
@@ -52,13 +47,11 @@ from oocarr.errors import (
     InvalidUrlError,
     NotFoundError,
     OocarrError,
-    ReadOnlyError,
-    StorageBusyError,
     UnsupportedCompressionError,
     UnsupportedDtypeError,
     WriteError,
 )
-from oocarr.interface import (
+from oocarr.store import (
     BlockedArray,
     Compression,
     Locator,
@@ -66,298 +59,43 @@ from oocarr.interface import (
     corrupt,
     is_bfloat16,
     is_local,
-    jsonable_attrs,
     normalize_container,
     require_exists,
     temp_sibling,
 )
-from oocarr_drivers.hdf5_chunks import ChunkDecoder, decoder_for
+from oocarr_drivers.claims import HDF5_SUFFIXES
+from oocarr_drivers.hdf5_attrs import JSON_ATTRS, load_attrs, store_attrs
+from oocarr_drivers.hdf5_chunks import DECODER_CHUNKS, ChunkDecoder, decoder_for, decoding_threads
+from oocarr_drivers.hdf5_handles import (
+    FILES,
+    LOCK,
+    Handle,
+    SharedFile,
+    borrowed,
+    ensure_file,
+)
 
 __all__ = ["HDF5Array"]
 
-#: Attribute listing the names of attributes stored as JSON text.
-JSON_ATTRS = "_oocarr_json"
+# The shared-handle state under the names the driver's tests inspect it by.
+_LOCK, _FILES = LOCK, FILES
+
 #: Unfiltered chunks up to this size go through a chunk cache of one chunk, so each is read
 #: from the file in one piece rather than a row at a time; larger ones get no cache at all:
 #: HDF5 moves them straight between the file and the caller's buffer.
 CACHED_CHUNK_LIMIT = 2**20
 #: Upper bound on chunk-cache hash slots (each costs a pointer).
 MAX_CACHE_SLOTS = 2**20
-#: Evict fully read or written chunks first: a chunk cut by a page boundary outlives them.
-CACHE_W0 = 1.0
 DEFAULT_GZIP_LEVEL = 4
 _LISTED = 20
 _TEMP_MARK = ".tmp-"
 
-_INT64 = np.iinfo(np.int64)
 _UNKNOWN = object()
 
 
 # ----------------------------------------------------------------------
-# Shared per-process files
+# Chunk caches
 # ----------------------------------------------------------------------
-class _SharedFile:
-    """One open ``h5py.File``, its open datasets and the stores that use it, in one process.
-
-    Datasets are shared too: HDF5 keeps one chunk cache per open dataset,
-    sized by whoever opens it first, so a store that needs a larger cache
-    closes the shared handle and reopens it larger.
-    """
-
-    __slots__ = ("path", "file", "writable", "readers", "writers", "datasets")
-
-    def __init__(self, path: str, file: h5py.File, writable: bool) -> None:
-        self.path = path
-        self.file: h5py.File | None = file
-        self.writable = writable
-        self.readers = 0
-        self.writers = 0
-        self.datasets: dict[str, tuple[h5py.Dataset, int]] = {}
-
-    def dataset(self, name: str, cache: tuple[int, int] | None, locator: Locator) -> h5py.Dataset:
-        """The open dataset ``name`` with a chunk cache of at least ``cache`` (slots, bytes)."""
-        file = _ensure_file(self, locator)
-        held = self.datasets.get(name)
-        if held is not None and held[0].id.valid and (cache is None or cache[1] <= held[1]):
-            return held[0]
-        self.forget(name)
-        try:
-            if cache is None:
-                dsid = h5py.h5d.open(file.id, name.encode("utf-8"))
-            else:
-                dapl = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
-                dapl.set_chunk_cache(cache[0], cache[1], CACHE_W0)
-                dsid = h5py.h5d.open(file.id, name.encode("utf-8"), dapl=dapl)
-        except (KeyError, OSError) as err:
-            raise corrupt(
-                locator,
-                f"its dataset {name} cannot be opened ({err}); it was deleted or moved "
-                "since it was opened",
-            ) from None
-        dset = h5py.Dataset(dsid)
-        self.datasets[name] = (dset, 0 if cache is None else cache[1])
-        return dset
-
-    def forget(self, name: str) -> None:
-        """Close the shared handle on dataset ``name`` (before it is moved, deleted or regrown)."""
-        held = self.datasets.pop(name, None)
-        if held is not None:
-            try:
-                held[0].id.close()
-            except Exception:
-                pass
-
-
-class _DriverLock:
-    """The driver's re-entrant lock; releases deferred by garbage collection run when it is let go.
-
-    Every use of a shared file or dataset happens under it.  A handle
-    collected while a thread is inside the lock (or while another thread
-    holds it) must not close files under that thread's feet, nor wait, so
-    its release is queued and run by whoever leaves the lock last.
-    """
-
-    def __init__(self) -> None:
-        self.raw = threading.RLock()
-        self._owner: int | None = None
-        self._depth = 0
-
-    def __enter__(self) -> _DriverLock:
-        self.raw.acquire()
-        self._owner = threading.get_ident()
-        self._depth += 1
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            if self._depth == 1:
-                while _DEFERRED:
-                    _release_ref(*_DEFERRED.popleft())
-        finally:
-            self._depth -= 1
-            if self._depth == 0:
-                self._owner = None
-            self.raw.release()
-
-    def held_here(self) -> bool:
-        """Whether the calling thread is inside the lock."""
-        return self._owner == threading.get_ident()
-
-    def try_enter(self) -> bool:
-        """Enter only if no thread, this one included, is inside; never wait."""
-        if self._owner == threading.get_ident() or not self.raw.acquire(blocking=False):
-            return False
-        self._owner = threading.get_ident()
-        self._depth += 1
-        return True
-
-
-_DEFERRED: collections.deque[tuple[int, str, bool, Locator]] = collections.deque()
-_LOCK = _DriverLock()
-_FILES: dict[tuple[int, str], _SharedFile] = {}
-# Handles inherited across fork: kept alive and never closed in the child,
-# where closing them could write the parent's state into its files.
-_INHERITED: list[Any] = []
-
-
-def _before_fork() -> None:
-    _LOCK.raw.acquire()
-    pid = os.getpid()
-    for (owner, _), entry in _FILES.items():
-        if owner == pid and entry.writable and entry.file is not None:
-            try:
-                entry.file.flush()
-            except Exception:
-                pass
-
-
-def _after_fork_in_parent() -> None:
-    _LOCK.raw.release()
-
-
-def _after_fork_in_child() -> None:
-    global _LOCK
-    _LOCK = _DriverLock()
-    _DEFERRED.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(
-        before=_before_fork,
-        after_in_parent=_after_fork_in_parent,
-        after_in_child=_after_fork_in_child,
-    )
-
-
-def _open_file(path: str, mode: str, locator: Locator) -> h5py.File:
-    """``h5py.File(path, mode)`` with its failures turned into oocarr errors."""
-    url = locator.full_url
-    try:
-        return h5py.File(path, mode)
-    except FileNotFoundError:
-        require_exists(False, locator, "file")
-        raise
-    except OSError as err:
-        text = str(err)
-        writing = mode != "r"
-        if "lock" in text:
-            raise StorageBusyError(
-                f"cannot open {url}: another process has the file open"
-                f"{'' if writing else ' for writing'} (HDF5 file locking); close it there "
-                "first, or set HDF5_USE_FILE_LOCKING=FALSE if you are sure no one writes "
-                "to it concurrently",
-                url=url,
-            ) from None
-        if "already open for read-only" in text:
-            raise ReadOnlyError(
-                f"cannot open {url} for writing: the file is open read-only elsewhere in this "
-                "process (an h5py.File?); close that handle first",
-                url=url,
-            ) from None
-        if isinstance(err, PermissionError) or "ermission denied" in text:
-            raise ReadOnlyError(
-                f"cannot open {url}{' for writing' if writing else ''}: permission denied; "
-                "check the file's permissions" + (" or open it with mode='r'" if writing else ""),
-                url=url,
-            ) from None
-        raise corrupt(locator, f"h5py cannot open the file ({err})") from None
-
-
-def _close_quietly(file: h5py.File | None) -> None:
-    if file is None:
-        return
-    try:
-        file.close()
-    except Exception:
-        pass
-
-
-def _reopen(entry: _SharedFile, writable: bool, locator: Locator) -> None:
-    """Reopen ``entry``'s file in another mode (HDF5 cannot hold one file in two modes)."""
-    was = entry.writable
-    entry.datasets.clear()
-    _close_quietly(entry.file)
-    entry.file = None
-    try:
-        entry.file = _open_file(entry.path, "r+" if writable else "r", locator)
-        entry.writable = writable
-    except OocarrError:
-        try:
-            entry.file = h5py.File(entry.path, "r+" if was else "r")
-        except Exception:
-            entry.file = None
-        raise
-
-
-def _ensure_file(entry: _SharedFile, locator: Locator) -> h5py.File:
-    if entry.file is None or not entry.file.id.valid:
-        _reopen(entry, entry.writers > 0, locator)
-    return entry.file
-
-
-def _acquire(path: str, writable: bool, locator: Locator, *, new: bool = False) -> _SharedFile:
-    """Take a reference on this process's shared file at ``path`` (call with ``_LOCK`` held)."""
-    key = (os.getpid(), path)
-    entry = _FILES.get(key)
-    if entry is None:
-        mode = "w-" if new else ("r+" if writable else "r")
-        entry = _SharedFile(path, _open_file(path, mode, locator), writable or new)
-        _FILES[key] = entry
-    else:
-        _ensure_file(entry, locator)
-        if writable and not entry.writable:
-            _reopen(entry, True, locator)
-    if writable:
-        entry.writers += 1
-    else:
-        entry.readers += 1
-    return entry
-
-
-def _release_ref(pid: int, path: str, writable: bool, locator: Locator) -> None:
-    """Drop one reference; close the file when unused, reopen it read-only when writers are gone."""
-    if pid != os.getpid():
-        return
-    with _LOCK:
-        entry = _FILES.get((pid, path))
-        if entry is None:
-            return
-        if writable:
-            entry.writers -= 1
-        else:
-            entry.readers -= 1
-        if entry.readers + entry.writers <= 0:
-            del _FILES[(pid, path)]
-            entry.datasets.clear()
-            _close_quietly(entry.file)
-            entry.file = None
-        elif writable and entry.writers == 0 and entry.writable:
-            try:
-                _reopen(entry, False, locator)
-            except Exception:
-                pass
-
-
-def _release_collected(pid: int, path: str, writable: bool, locator: Locator) -> None:
-    """Finalizer of a garbage-collected handle: release now if that is safe, else queue it."""
-    if pid != os.getpid():
-        return
-    _DEFERRED.append((pid, path, writable, locator))
-    if _LOCK.try_enter():
-        _LOCK.__exit__(None, None, None)
-
-
-@contextmanager
-def _borrowed(path: str, writable: bool, locator: Locator) -> Iterator[_SharedFile]:
-    """The shared file at ``path`` for the duration of a block (holding ``_LOCK``)."""
-    with _LOCK:
-        entry = _acquire(path, writable, locator)
-        try:
-            yield entry
-        finally:
-            _release_ref(os.getpid(), path, writable, locator)
-
-
 def _next_prime(n: int) -> int:
     n = max(2, n)
     while any(n % d == 0 for d in range(2, math.isqrt(n) + 1)):
@@ -398,26 +136,6 @@ def _chunk_cache(
         nbytes = chunk_bytes if chunk_bytes <= CACHED_CHUNK_LIMIT else 0
     nslots = _next_prime(min(MAX_CACHE_SLOTS, 100 * max(1, nbytes // chunk_bytes)))
     return nslots, nbytes
-
-
-class _Handle:
-    """One store's reference to its shared file in one process (dropped when collected)."""
-
-    def __init__(self, path: str, writable: bool, locator: Locator, *, new: bool = False):
-        self.pid = os.getpid()
-        self.entry = _acquire(path, writable, locator, new=new)
-        self._ref = (self.pid, path, writable or new, locator)
-        self._finalizer = weakref.finalize(self, _release_collected, *self._ref)
-
-    def close(self) -> None:
-        """Release the reference now (call with ``_LOCK`` held)."""
-        if self._finalizer.detach() is not None:
-            _release_ref(*self._ref)
-
-    def abandon(self) -> None:
-        """Forget a handle inherited across fork without touching the parent's file."""
-        self._finalizer.detach()
-        _INHERITED.append(self)
 
 
 # ----------------------------------------------------------------------
@@ -558,9 +276,9 @@ def _check_target(file: h5py.File, locator: Locator, overwrite: bool) -> None:
         )
 
 
-def _publish(entry: _SharedFile, name: str, locator: Locator, overwrite: bool) -> None:
+def _publish(entry: SharedFile, name: str, locator: Locator, overwrite: bool) -> None:
     """Move dataset ``name`` of ``entry``'s file to ``locator.path``, replacing any old one."""
-    file = _ensure_file(entry, locator)
+    file = ensure_file(entry, locator)
     _check_target(file, locator, overwrite)
     entry.forget(name)
     entry.forget(locator.path)
@@ -577,111 +295,6 @@ def _temp_name(locator: Locator) -> str:
     """A hidden, unique dataset name at the file's root for writing before a move."""
     base = locator.path.rsplit("/", 1)[-1]
     return f"/.{base}{_TEMP_MARK}{os.getpid()}-{os.urandom(4).hex()}"
-
-
-# ----------------------------------------------------------------------
-# Attributes
-# ----------------------------------------------------------------------
-def _leaves(value: Any) -> Iterator[Any]:
-    if isinstance(value, list):
-        for v in value:
-            yield from _leaves(v)
-    else:
-        yield value
-
-
-def _native_list(value: list) -> np.ndarray | None:
-    """A list as an HDF5-native array when it is rectangular and of one scalar type."""
-    leaves = list(_leaves(value))
-    if not leaves:
-        return None
-    kinds = {type(v) for v in leaves}
-    if kinds == {bool}:
-        dtype: Any = np.bool_
-    elif kinds == {int}:
-        if not all(_INT64.min <= v <= _INT64.max for v in leaves):
-            return None
-        dtype = np.int64
-    elif kinds == {float}:
-        dtype = np.float64
-    elif kinds == {str}:
-        dtype = h5py.string_dtype()
-    else:
-        return None
-    try:
-        arr = np.array(value, dtype=dtype)
-    except (ValueError, TypeError, OverflowError):
-        return None
-    return arr if arr.size == len(leaves) else None
-
-
-def _encode_attr(value: Any) -> tuple[Any, bool]:
-    """``(stored value, stored as JSON)`` for one JSON-able attribute value."""
-    if isinstance(value, str):
-        return value, False
-    if isinstance(value, bool):
-        return np.bool_(value), False
-    if isinstance(value, int) and _INT64.min <= value <= _INT64.max:
-        return np.int64(value), False
-    if isinstance(value, float):
-        return np.float64(value), False
-    if isinstance(value, list):
-        arr = _native_list(value)
-        if arr is not None:
-            return arr, False
-    return json.dumps(value), True
-
-
-def _store_attrs(dset: h5py.Dataset, attrs: dict[str, Any], locator: Locator) -> None:
-    if JSON_ATTRS in attrs:
-        raise InvalidArgumentError(
-            f"the attribute name {JSON_ATTRS!r} is reserved by the HDF5 driver "
-            f"({locator.full_url}); rename it",
-            url=locator.full_url,
-        )
-    for name in list(dset.attrs):
-        del dset.attrs[name]
-    as_json = []
-    for name, value in attrs.items():
-        stored, is_json = _encode_attr(value)
-        dset.attrs[name] = stored
-        if is_json:
-            as_json.append(name)
-    if as_json:
-        dset.attrs[JSON_ATTRS] = np.array(as_json, dtype=h5py.string_dtype())
-
-
-def _load_attrs(dset: h5py.Dataset) -> dict[str, Any]:
-    attrs = dset.attrs
-    try:
-        marked = {str(n) for n in np.atleast_1d(attrs[JSON_ATTRS]).tolist()}
-    except Exception:
-        marked = set()
-    out: dict[str, Any] = {}
-    for name in attrs:
-        if name == JSON_ATTRS:
-            continue
-        try:
-            value = attrs[name]
-        except Exception as err:
-            out[name] = f"<unreadable HDF5 attribute: {err}>"
-            continue
-        if isinstance(value, h5py.Empty):
-            value = None
-        elif name in marked and isinstance(value, (str, bytes)):
-            try:
-                value = json.loads(value)
-            except ValueError:
-                pass
-        try:
-            out[name] = _jsonable(name, value)
-        except OocarrError:
-            out[name] = str(value)
-    return out
-
-
-def _jsonable(name: str, value: Any) -> Any:
-    return jsonable_attrs({name: value})[name]
 
 
 # ----------------------------------------------------------------------
@@ -704,7 +317,7 @@ class HDF5Array(BlockedArray):
     """
 
     name = "hdf5"
-    suffixes = (".h5", ".hdf5")
+    suffixes = HDF5_SUFFIXES
     compressions = frozenset({"gzip", "lzf"})
     supports_out_buffer = True
     supports_partial_chunk_writes = True
@@ -735,7 +348,7 @@ class HDF5Array(BlockedArray):
         # Any filter (shuffle and checksums too) makes HDF5 pass every chunk through the cache.
         self._filtered = compression is not None if filtered is None else filtered
         self._overwrite = overwrite
-        self._handle: _Handle | None = None
+        self._handle: Handle | None = None
         self._chunk_decoder: ChunkDecoder | None | object = _UNKNOWN
 
     # -- locating ------------------------------------------------------
@@ -775,7 +388,7 @@ class HDF5Array(BlockedArray):
         if os.path.isfile(path) and _is_hdf5(path):
             loc = Locator.make(cls.name, path, "/")
             try:
-                with _borrowed(path, False, loc) as entry:
+                with borrowed(path, False, loc) as entry:
                     message += f"; datasets here: {_listing(_datasets(entry.file))}"
             except OocarrError:
                 pass
@@ -792,7 +405,7 @@ class HDF5Array(BlockedArray):
         require_exists(os.path.isfile(path), locator, "file")
         if not _is_hdf5(path):
             raise corrupt(locator, "the file is not in HDF5 format")
-        with _borrowed(path, mode == "r+", locator) as entry:
+        with borrowed(path, mode == "r+", locator) as entry:
             dset = _require_dataset(entry.file, locator)
             if dset.shape is None:
                 raise corrupt(locator, "the dataset has a null dataspace and holds no array")
@@ -886,14 +499,14 @@ class HDF5Array(BlockedArray):
             pending=True,
             overwrite=overwrite,
         )
-        with _LOCK:
-            handle = _Handle(file_path, True, locator, new=file_path != path)
+        with LOCK:
+            handle = Handle(file_path, True, locator, new=file_path != path)
             try:
                 file = handle.entry.file
                 if file_path == path:
                     _check_target(file, locator, overwrite)
                 dset = file.create_dataset(name, shape=shape, dtype=dtype, **layout)
-                _store_attrs(dset, attrs, locator)
+                store_attrs(dset, attrs, locator)
             except BaseException as err:
                 store._handle = handle
                 store._abort()
@@ -910,7 +523,7 @@ class HDF5Array(BlockedArray):
         path = locator.url
         if not os.path.isfile(path) or not _is_hdf5(path):
             return False
-        with _borrowed(path, False, locator) as entry:
+        with borrowed(path, False, locator) as entry:
             return isinstance(_lookup(entry.file, locator.path), h5py.Dataset)
 
     @classmethod
@@ -920,7 +533,7 @@ class HDF5Array(BlockedArray):
             return
         if not _is_hdf5(path):
             raise corrupt(locator, "the file is not in HDF5 format, so it holds no dataset")
-        with _borrowed(path, True, locator) as entry:
+        with borrowed(path, True, locator) as entry:
             file = entry.file
             obj = _lookup(file, locator.path)
             if obj is None:
@@ -943,14 +556,14 @@ class HDF5Array(BlockedArray):
             self._shape, self._chunks, self.itemsize, self.page_shape, self._filtered
         )
 
-    def _own_handle(self) -> _Handle:
-        """This process's handle on the file (call with ``_LOCK`` held)."""
+    def _own_handle(self) -> Handle:
+        """This process's handle on the file (call with ``LOCK`` held)."""
         handle = self._handle
         if handle is None or handle.pid != os.getpid():
             if handle is not None:
                 handle.abandon()
             self._handle = None
-            handle = self._handle = _Handle(self._file_path, not self.readonly, self._locator)
+            handle = self._handle = Handle(self._file_path, not self.readonly, self._locator)
         return handle
 
     def _decoder(self, dset: h5py.Dataset) -> ChunkDecoder | None:
@@ -960,7 +573,7 @@ class HDF5Array(BlockedArray):
         return None if self._chunk_decoder is _UNKNOWN else self._chunk_decoder
 
     def _dataset(self) -> h5py.Dataset:
-        """This process's dataset handle (call with ``_LOCK`` held)."""
+        """This process's dataset handle (call with ``LOCK`` held)."""
         entry = self._own_handle().entry
         dset = entry.dataset(self._dataset_name, self._cache_spec(), self._locator)
         if dset.shape != self._shape or dset.dtype != self._dtype:
@@ -971,8 +584,17 @@ class HDF5Array(BlockedArray):
             )
         return dset
 
+    def read_overhead(self, shape) -> int:
+        """Filtered chunks: each decoding thread holds one stored and up to two decoded
+        chunks (HDF5 decoding itself holds as much in its chunk cache)."""
+        if not self._filtered or self.chunks is None:
+            return 0
+        chunks = math.prod(-(-max(1, s) // max(1, c)) for s, c in zip(shape, self.chunks))
+        chunk_bytes = math.prod(self.chunks) * self._dtype.itemsize
+        return min(decoding_threads(), chunks) * DECODER_CHUNKS * chunk_bytes
+
     def _read(self, region, out) -> None:
-        lock = _LOCK
+        lock = LOCK
         with lock:
             dset = self._dataset()
             decoder = self._decoder(dset)
@@ -992,7 +614,7 @@ class HDF5Array(BlockedArray):
                 raise corrupt(self._locator, f"reading {region} failed ({err})") from None
 
     def _write(self, region, value) -> None:
-        with _LOCK:
+        with LOCK:
             dset = self._dataset()
             try:
                 if self.ndim == 0:
@@ -1003,7 +625,7 @@ class HDF5Array(BlockedArray):
                 raise WriteError(f"writing {self.url} failed: {err}", url=self.url) from err
 
     def _flush(self) -> None:
-        with _LOCK:
+        with LOCK:
             handle = self._handle
             if handle is not None and handle.pid == os.getpid() and handle.entry.file:
                 try:
@@ -1012,7 +634,7 @@ class HDF5Array(BlockedArray):
                     raise WriteError(f"flushing {self.url} failed: {err}", url=self.url) from err
 
     def _release(self) -> None:
-        with _LOCK:
+        with LOCK:
             handle, self._handle = self._handle, None
             if handle is not None:
                 if handle.pid == os.getpid():
@@ -1022,7 +644,7 @@ class HDF5Array(BlockedArray):
 
     # -- commit and abort -------------------------------------------------
     def _commit(self) -> None:
-        with _LOCK:
+        with LOCK:
             if self._file_path != self._locator.url:
                 self._commit_new_file()
             elif self._dataset_name != self._locator.path:
@@ -1062,7 +684,7 @@ class HDF5Array(BlockedArray):
                     f"{locator.url} meanwhile; the new array was discarded",
                     url=locator.full_url,
                 )
-            with _borrowed(locator.url, True, locator) as entry:
+            with borrowed(locator.url, True, locator) as entry:
                 _check_target(entry.file, locator, self._overwrite)
                 name = _temp_name(locator)
                 with h5py.File(tmp, "r") as src:
@@ -1077,7 +699,7 @@ class HDF5Array(BlockedArray):
             raise
 
     def _abort(self) -> None:
-        with _LOCK:
+        with LOCK:
             if self._file_path != self._locator.url:
                 self._release()
                 _remove(self._file_path)
@@ -1086,7 +708,7 @@ class HDF5Array(BlockedArray):
                 return
             entry = self._own_handle().entry
             entry.forget(self._dataset_name)
-            file = _ensure_file(entry, self._locator)
+            file = ensure_file(entry, self._locator)
             if _lookup(file, self._dataset_name) is not None:
                 del file[self._dataset_name]
                 file.flush()
@@ -1094,15 +716,15 @@ class HDF5Array(BlockedArray):
 
     # -- attrs and sizes ------------------------------------------------
     def _read_attrs(self) -> dict[str, Any]:
-        with _LOCK:
-            return _load_attrs(self._dataset())
+        with LOCK:
+            return load_attrs(self._dataset())
 
     def _write_attrs(self, attrs: dict[str, Any]) -> None:
-        with _LOCK:
-            _store_attrs(self._dataset(), attrs, self._locator)
+        with LOCK:
+            store_attrs(self._dataset(), attrs, self._locator)
 
     def _stored_nbytes(self) -> int | None:
-        with _LOCK:
+        with LOCK:
             try:
                 return int(self._dataset().id.get_storage_size())
             except OSError:
@@ -1138,7 +760,7 @@ class HDF5Array(BlockedArray):
         require_exists(os.path.isfile(path), locator, "file")
         if not _is_hdf5(path):
             raise corrupt(locator, "the file is not in HDF5 format")
-        with _borrowed(path, False, locator) as entry:
+        with borrowed(path, False, locator) as entry:
             top = _lookup(entry.file, locator.path)
             if top is None:
                 raise NotFoundError(
@@ -1162,7 +784,7 @@ class HDF5Array(BlockedArray):
         total = self.chunk_count()
         if total is None:
             return None
-        with _LOCK:
+        with LOCK:
             try:
                 return int(self._dataset().id.get_num_chunks()), total
             except (OSError, AttributeError):

@@ -29,16 +29,29 @@ try:
 except ImportError:  # pragma: no cover - isal has wheels for the common platforms
     from zlib import decompress as inflate
 
-__all__ = ["ChunkDecoder", "decoder_for"]
+__all__ = ["DECODER_CHUNKS", "ChunkDecoder", "decoder_for", "decoding_threads"]
 
 _DEFLATE = h5py.h5z.FILTER_DEFLATE
 _SHUFFLE = h5py.h5z.FILTER_SHUFFLE
 
 #: Threads decoding chunks at once: each holds one stored and one or two decoded chunks.
 MAX_DECODERS = 4
+#: Chunk-sized buffers one decoding thread holds at most (stored, decoded, unshuffled).
+DECODER_CHUNKS = 3
 
 _POOL: tuple[int, ThreadPoolExecutor] | None = None
 _POOL_LOCK = threading.Lock()
+
+
+def decoding_threads() -> int:
+    """How many threads decode chunks at once in this process.
+
+    Examples
+    --------
+    >>> 1 <= decoding_threads() <= MAX_DECODERS
+    True
+    """
+    return max(1, min(MAX_DECODERS, os.cpu_count() or 1))
 
 
 def _pool() -> ThreadPoolExecutor:
@@ -46,8 +59,7 @@ def _pool() -> ThreadPoolExecutor:
     global _POOL
     with _POOL_LOCK:
         if _POOL is None or _POOL[0] != os.getpid():
-            workers = max(1, min(MAX_DECODERS, os.cpu_count() or 1))
-            _POOL = (os.getpid(), ThreadPoolExecutor(workers, "oocarr-hdf5-decode"))
+            _POOL = (os.getpid(), ThreadPoolExecutor(decoding_threads(), "oocarr-hdf5-decode"))
         return _POOL[1]
 
 

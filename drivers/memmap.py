@@ -31,7 +31,7 @@ from oocarr.errors import (
     InvalidUrlError,
     UnsupportedDtypeError,
 )
-from oocarr.interface import (
+from oocarr.store import (
     BlockedArray,
     Locator,
     as_dtype,
@@ -43,6 +43,7 @@ from oocarr.interface import (
     require_exists,
     temp_sibling,
 )
+from oocarr_drivers.claims import MEMMAP_SUFFIXES, memmap_can_list, memmap_can_open
 
 __all__ = ["MemmapArray"]
 
@@ -119,7 +120,7 @@ class MemmapArray(BlockedArray):
     """
 
     name = "memmap"
-    suffixes = (".npy",)
+    suffixes = MEMMAP_SUFFIXES
     compressions = frozenset()
     supports_out_buffer = True
     supports_chunks = False
@@ -190,7 +191,22 @@ class MemmapArray(BlockedArray):
 
     @classmethod
     def can_open(cls, container, inner, storage_options) -> bool:
-        return is_local(container) and super().can_open(container, inner, storage_options)
+        return memmap_can_open(container, inner, storage_options)
+
+    @classmethod
+    def scratch_locator(cls, directory, stem, shape, dtype) -> Locator:
+        """A ``.npy`` file, or for bfloat16 (which ``.npy`` cannot record) a raw ``.bin`` file
+        whose locator holds the layout.
+
+        Examples
+        --------
+        >>> MemmapArray.scratch_locator("/tmp/s", "w", (2, 3), "bfloat16").driver_kwargs["shape"]
+        [2, 3]
+        """
+        if dtype is None or not is_bfloat16(as_dtype(dtype)):
+            return super().scratch_locator(directory, stem, shape, dtype)
+        layout = {"shape": [int(n) for n in shape], "dtype": as_dtype(dtype)}
+        return cls.locate(f"{directory}/{stem}.bin", "", None, layout)
 
     @staticmethod
     def _is_raw(locator: Locator) -> bool:
@@ -452,11 +468,7 @@ class MemmapArray(BlockedArray):
     @classmethod
     def can_list(cls, container, storage_options) -> bool:
         """A local ``.npy`` file or a local directory (of ``.npy`` files)."""
-        if not is_local(container):
-            return False
-        return os.path.isdir(normalize_container(container)) or super().can_open(
-            container, "", storage_options
-        )
+        return memmap_can_list(container, storage_options)
 
     @classmethod
     def list_arrays(cls, container, inner="", storage_options=None) -> list[dict[str, Any]]:

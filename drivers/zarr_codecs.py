@@ -24,7 +24,7 @@ from oocarr.errors import (
     MissingDependencyError,
     UnsupportedCompressionError,
 )
-from oocarr.interface import Compression, Locator, corrupt
+from oocarr.store import Compression, Locator, corrupt
 
 __all__ = [
     "CodecPipeline",

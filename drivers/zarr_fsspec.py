@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import math
 import os
 import re
 import threading
@@ -44,7 +45,7 @@ from oocarr.errors import (
     ReadOnlyError,
     UnsupportedCompressionError,
 )
-from oocarr.interface import (
+from oocarr.store import (
     DEFAULT_CHUNK_BYTES,
     BlockedArray,
     Locator,
@@ -53,6 +54,7 @@ from oocarr.interface import (
     normalize_container,
     require_exists,
 )
+from oocarr_drivers.claims import ZARR_SUFFIXES, zarr_can_open
 from oocarr_drivers.zarr_codecs import LEVEL_RANGES, CodecPipeline, chunk_error
 from oocarr_drivers.zarr_meta import (
     DATA_TYPES,
@@ -72,8 +74,6 @@ META_KEY = "zarr.json"
 BATCH_BYTES = 64 * 2**20
 #: Most chunk requests in one batch.
 BATCH_KEYS = 1024
-#: A container path inside a ``.zarr`` that names a file of another format.
-_OTHER_FORMATS = (".npy", ".h5", ".hdf5", ".he5", ".nc", ".zip")
 _GLOB_CHARS = re.compile(r"[*?\[]")
 _UNSEEN = object()
 #: Uncompressed local chunks at least this large are read by several threads at once.
@@ -304,7 +304,7 @@ class ZarrArray(BlockedArray):
     """
 
     name = "fsspec"
-    suffixes = (".zarr",)
+    suffixes = ZARR_SUFFIXES
     compressions = frozenset({"gzip", "zstd"})
     supports_out_buffer = True
     supports_partial_chunk_writes = False
@@ -335,18 +335,7 @@ class ZarrArray(BlockedArray):
     # -- locating ------------------------------------------------------
     @classmethod
     def can_open(cls, container, inner, storage_options) -> bool:
-        for segment in container.split("::"):
-            low = segment.rstrip("/").lower()
-            if low.endswith((".zarr", "/zarr.json")) or low == "zarr.json":
-                return True
-            if ".zarr/" in low:
-                return not low.endswith(_OTHER_FORMATS)
-        if is_local(container):
-            path = normalize_container(container)
-            return os.path.isfile(os.path.join(path, META_KEY)) or os.path.isfile(
-                os.path.join(path, ".zarray")
-            )
-        return False
+        return zarr_can_open(container, inner, storage_options)
 
     @classmethod
     def locate(cls, container, inner, storage_options=None, driver_options=None) -> Locator:
@@ -585,6 +574,17 @@ class ZarrArray(BlockedArray):
         if len(items) > 1 and self._meta.codecs.compressors:
             return list(_codec_pool().map(fn, items))
         return [fn(item) for item in items]
+
+    def read_overhead(self, shape) -> int:
+        """Uncompressed local chunks: one reused chunk buffer per thread; otherwise also one
+        batch of encoded chunks fetched (one decoded chunk per codec thread)."""
+        chunks = math.prod(-(-max(1, s) // max(1, c)) for s, c in zip(shape, self._chunks))
+        nbytes = self._meta.chunk_nbytes
+        decoding = min(CODEC_THREADS, chunks) * nbytes
+        if self._meta.codecs.plain and isinstance(self._fs(), LocalFileSystem):
+            return decoding
+        fetched = min(chunks, max(1, min(BATCH_KEYS, BATCH_BYTES // max(1, nbytes)))) * nbytes
+        return fetched + decoding
 
     def _read(self, region, out) -> None:
         fs = self._fs()

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from oocarr.errors import InvalidStoreError
-from oocarr.interface import BFLOAT16, Locator, corrupt, is_bfloat16
+from oocarr.store import BFLOAT16, Locator, corrupt, is_bfloat16
 from oocarr_drivers.zarr_codecs import CodecPipeline, parse_codecs
 
 __all__ = [

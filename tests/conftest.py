@@ -1,5 +1,5 @@
 """Shared fixtures: one ``Backend`` per registered driver configuration, an S3 API on
-loopback, and the test-suite driver registered through a real ``oocarr.drivers`` entry point."""
+loopback, and the test-suite driver registered with ``register_driver``."""
 
 from __future__ import annotations
 
@@ -16,27 +16,23 @@ import numpy as np
 import pytest
 
 import oocarr
-from oocarr import registry
+from oocarr.store import registry
 
 HERE = pathlib.Path(__file__).parent
 
 
-def _register_test_driver(root: pathlib.Path) -> None:
-    """Install the test driver as a third-party package would: a dist-info with an entry point."""
-    dist = root / "oocarr_testmem-0.1.dist-info"
-    dist.mkdir(parents=True, exist_ok=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: oocarr-testmem\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[oocarr.drivers]\ntestmem = mem_driver:MemoryArray\n")
-    for path in (str(root), str(HERE)):
-        if path not in sys.path:
-            sys.path.insert(0, path)
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(root), str(HERE), os.environ.get("PYTHONPATH", "")) if p
-    )
-    registry.refresh()
+def _register_test_driver() -> None:
+    """Register the test driver at run time, as a user would with ``register_driver``.
+
+    Only this process sees it: its arrays live in this process's memory, so no
+    subprocess test uses it (tests/test_registry.py checks a real entry point).
+    """
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))
+    registry.register_driver("testmem", "mem_driver:MemoryArray")
 
 
-_register_test_driver(pathlib.Path(__import__("tempfile").mkdtemp(prefix="oocarr-ep-")))
+_register_test_driver()
 
 # Scratch arrays of the whole run go to one directory, checked empty at the end.
 SCRATCH = pathlib.Path(__import__("tempfile").mkdtemp(prefix="oocarr-test-scratch-"))
@@ -49,7 +45,7 @@ def scratch_is_left_empty():
     yield
     import gc
 
-    from oocarr import scratch
+    from oocarr.store import scratch
 
     gc.collect()
     scratch.remove_tracked()

@@ -1,7 +1,8 @@
-"""A tiny in-memory driver that lives outside oocarr, registered by entry point in conftest.
+"""A tiny in-memory driver that lives outside oocarr, registered with ``register_driver`` in
+conftest.
 
 It proves a third-party driver works everywhere the built-in ones do:
-it imports only ``oocarr.interface`` and ``oocarr.errors``.
+it imports only ``oocarr.store`` (the interface) and ``oocarr.errors``.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import threading
 
 import numpy as np
 
-from oocarr.interface import BlockedArray, Locator, require_exists
+from oocarr.store import BlockedArray, Locator, require_exists
 
 _ARRAYS: dict[str, dict] = {}
 _LOCK = threading.Lock()

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import oocarr
-from oocarr import errors, scratch
+from oocarr import errors
+from oocarr.store import scratch
 
 
 def test_from_numpy_without_url_uses_scratch_and_cleans_up():

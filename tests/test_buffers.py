@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from oocarr.buffers import ALIGNMENT, BufferPool
+from oocarr.store.buffers import ALIGNMENT, BufferPool
 
 
 def test_a_buffer_returns_only_after_its_last_view_dies():

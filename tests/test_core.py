@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 
 import oocarr
-from oocarr import errors, pages, registry
-from oocarr.compression import Compression, parse_compression
-from oocarr.dtypes import as_dtype, byte_order, dtype_token
-from oocarr.locator import Locator, is_local, split_url
-from oocarr.regions import check_region, parse_key
+from oocarr import errors
+from oocarr.store import pages, registry
+from oocarr.store.compression import Compression, parse_compression
+from oocarr.store.dtypes import as_dtype, byte_order, dtype_token
+from oocarr.store.locator import Locator, is_local, split_url
+from oocarr.store.regions import check_region, parse_key
 
 
 @pytest.mark.parametrize(

@@ -26,8 +26,8 @@ from oocarr.errors import (
     ReadOnlyError,
     UnsupportedCompressionError,
 )
-from oocarr.interface import BFLOAT16
-from oocarr.registry import get_driver
+from oocarr.store import BFLOAT16
+from oocarr.store.registry import get_driver
 
 zarr = pytest.importorskip("zarr")
 ts = pytest.importorskip("tensorstore")

@@ -1,5 +1,13 @@
 """oocarr: disk-backed arrays for JAX, written once against one page-store interface.
 
+The layers, top to bottom, are folders (docs/architecture.md): ``cli/``, ``train/``, this
+package's public API (here, :mod:`~oocarr.api`, :mod:`~oocarr.functions`,
+:mod:`~oocarr.config`), ``jaxlayer/``, ``ops/``, ``engine/`` and ``store/``; the drivers live
+outside the package and are found through the registry.
+
+Importing oocarr makes the two process-wide settings :mod:`oocarr.engine.runtime` documents
+(each with its opt-out) and installs ``DiskArray``'s operators; nothing else.
+
 Examples
 --------
 >>> import numpy as np, tempfile, os, oocarr
@@ -11,21 +19,62 @@ array([4., 5., 6., 7.])
 
 from importlib.metadata import PackageNotFoundError, version
 
-from . import errors, optim  # optim imports optax only when used
+from . import _moved, errors, optim
 from .api import create, from_numpy, open, resolve, save, to_numpy
-from .blocked import BlockedArray
-from .checkpoint import load_params, save_params
 from .config import config, memory_budget, set_memory_budget
-from .disk_array import DiskArray
-from .full_batch import stream_sum
-from .functions import *  # noqa: F403
-from .functions import __all__ as _function_names
-from .locator import Locator
-from .make_op import make_op
-from .minibatches import batches
-from .registry import available_drivers, get_driver
-from .scratch import scratch_dir, set_scratch_dir
-from .stats import io_stats
+from .engine import runtime
+from .engine.stats import io_stats
+from .functions import (
+    abs,
+    add,
+    divide,
+    equal,
+    exp,
+    greater,
+    greater_equal,
+    install_operators,
+    less,
+    less_equal,
+    log,
+    log1p,
+    logsumexp,
+    materialize,
+    matmul,
+    max,
+    maximum,
+    mean,
+    min,
+    minimum,
+    multiply,
+    negative,
+    not_equal,
+    power,
+    relu,
+    sigmoid,
+    softmax,
+    softplus,
+    sqrt,
+    square,
+    subtract,
+    sum,
+    tanh,
+    transpose,
+    update,
+    where,
+)
+from .jaxlayer.disk_array import DiskArray
+from .jaxlayer.make_op import make_op
+from .store.blocked import BlockedArray
+from .store.locator import Locator
+from .store.registry import available_drivers, get_driver, register_driver
+from .store.scratch import scratch_dir, set_scratch_dir
+from .train.checkpoint import load_params, save_params
+from .train.full_batch import stream_sum
+from .train.minibatches import batches
+
+runtime.configure()
+install_operators()
+_moved.install()
 
 try:
     __version__ = version("oocarr")
@@ -33,29 +82,69 @@ except PackageNotFoundError:  # running from a source tree that was never instal
     __version__ = "0+unknown"
 
 __all__ = [
-    *_function_names,
-    "config",
-    "io_stats",
-    "make_op",
-    "memory_budget",
-    "set_memory_budget",
+    # storage
     "BlockedArray",
     "DiskArray",
     "Locator",
     "available_drivers",
-    "batches",
     "create",
-    "errors",
-    "optim",
     "from_numpy",
     "get_driver",
-    "load_params",
     "open",
+    "register_driver",
     "resolve",
     "save",
-    "save_params",
-    "scratch_dir",
-    "set_scratch_dir",
-    "stream_sum",
     "to_numpy",
+    # settings and counters
+    "config",
+    "io_stats",
+    "memory_budget",
+    "scratch_dir",
+    "set_memory_budget",
+    "set_scratch_dir",
+    # ops
+    "abs",
+    "add",
+    "divide",
+    "equal",
+    "exp",
+    "greater",
+    "greater_equal",
+    "less",
+    "less_equal",
+    "log",
+    "log1p",
+    "logsumexp",
+    "make_op",
+    "materialize",
+    "matmul",
+    "max",
+    "maximum",
+    "mean",
+    "min",
+    "minimum",
+    "multiply",
+    "negative",
+    "not_equal",
+    "power",
+    "relu",
+    "sigmoid",
+    "softmax",
+    "softplus",
+    "sqrt",
+    "square",
+    "subtract",
+    "sum",
+    "tanh",
+    "transpose",
+    "update",
+    "where",
+    # training
+    "batches",
+    "load_params",
+    "optim",
+    "save_params",
+    "stream_sum",
+    # modules
+    "errors",
 ]

@@ -3,20 +3,34 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from . import pages, registry
-from .blocked import BlockedArray
-from .disk_array import DiskArray
-from .dtypes import as_dtype
-from .errors import UnknownDriverError
-from .locator import Locator, split_url
-from .scratch import scratch_locator
+from oocarr.engine import plan
+from oocarr.engine.budget import memory_budget_bytes
+from oocarr.engine.io import stream_copy, stream_read
+from oocarr.engine.stats import IOCounts, call_site, record
+from oocarr.jaxlayer.disk_array import DiskArray
+from oocarr.store.blocked import BlockedArray
+from oocarr.store.dtypes import as_dtype
+from oocarr.store.locator import Locator, split_url
+from oocarr.store.scratch import scratch_locator
 
-__all__ = ["resolve", "open", "create", "save", "from_numpy", "to_numpy"]
+from .store import pages, registry
+
+__all__ = [
+    "resolve",
+    "open",
+    "create",
+    "save",
+    "from_numpy",
+    "to_numpy",
+    "tile_plan",
+    "copy_tiles",
+    "read_tiles",
+]
 
 
 def resolve(
@@ -28,13 +42,17 @@ def resolve(
 ) -> tuple[type[BlockedArray], Locator]:
     """Find the driver for ``url`` and build its locator.
 
-    The driver is ``driver`` when given, else the first registered driver
-    that claims the URL (by suffix: ``.npy``, ``.h5``/``.hdf5``, ``.zarr``).
+    The driver is ``driver`` when given, else the one
+    :func:`oocarr.store.registry.guess_driver` finds (by suffix: ``.npy``,
+    ``.h5``/``.hdf5``, ``.zarr``; or by content, such as a directory
+    holding ``zarr.json``).
 
     Raises
     ------
     UnknownDriverError
         When ``driver`` is not registered or no driver claims the URL.
+    MissingDependencyError
+        When the driver needs a package that is not installed.
 
     Examples
     --------
@@ -49,22 +67,7 @@ def resolve(
     if driver is not None:
         cls = registry.get_driver(driver)
     else:
-        drivers = registry.load_drivers()
-        claims = [c for c in drivers.values() if c.can_open(container, inner, storage_options)]
-        if not claims:
-            known = ", ".join(
-                f"{' '.join(c.suffixes)} ({n})" for n, c in sorted(drivers.items()) if c.suffixes
-            )
-            raise UnknownDriverError(
-                f"cannot tell which driver opens {os.fspath(url)!r}; known suffixes: {known}. "
-                "Pass driver=NAME (or --driver NAME) to choose one",
-                url=os.fspath(url),
-            )
-        # A driver that claims the URL by its own suffix beats one that claims it otherwise
-        # (a .npy file inside a .zarr directory is still a .npy file).
-        base = container.rstrip("/").lower()
-        claims.sort(key=lambda c: not any(base.endswith(s) for s in c.suffixes))
-        cls = claims[0]
+        cls = registry.guess_driver(container, inner, storage_options)
     return cls, cls.locate(container, inner, storage_options, driver_options)
 
 
@@ -222,7 +225,8 @@ def save(
     compression, attrs, overwrite, driver, storage_options, **driver_options
         As for :func:`create`; ``attrs=None`` copies the source's attrs.
     tile_bytes : int, optional
-        Bytes per copied tile (default :data:`oocarr.pages.DEFAULT_PAGE_BYTES`).
+        Bytes per copied tile (default: a quarter of the memory budget, at most
+        :data:`oocarr.store.pages.DEFAULT_PAGE_BYTES`).
     mode : {"r", "r+"}
         How the returned array is opened: read-only by default, so it holds
         no write lock (HDF5 lets other processes open a file only while no
@@ -264,11 +268,92 @@ def save(
     return DiskArray(cls.open(dst.locator, mode))
 
 
-def copy_tiles(src: BlockedArray | np.ndarray, dst: BlockedArray, tile_bytes: int) -> None:
-    """Copy ``src`` into ``dst`` tile by tile, reusing one read buffer.
+def _tile_plan(
+    store: BlockedArray,
+    purpose: str,
+    chunks: Sequence[Sequence[int] | None],
+    remedy: str,
+    most: int | None,
+) -> tuple[tuple[int, ...], plan.Projection]:
+    buffers = {"copy": plan.COPY_TILES, "stats": plan.STATS_TILES}[purpose]
+    return plan.chunk_tile(
+        purpose,
+        store.shape,
+        store.itemsize,
+        memory_budget_bytes(),
+        buffers,
+        *chunks,
+        store.chunks,
+        url=store.url,
+        remedy=remedy,
+        most=most,
+    )
 
-    Tiles are made of whole chunks of both sides when that fits in
-    ``tile_bytes``, so neither side's chunks are cut.
+
+def tile_plan(
+    store: BlockedArray,
+    purpose: str,
+    *chunks: Sequence[int] | None,
+    remedy: str = "with oocarr.set_memory_budget",
+    most: int | None = None,
+) -> tuple[int, ...]:
+    """The tile a copy (``purpose="copy"``) or a statistics pass (``"stats"``) of ``store``
+    streams in: whole chunks of ``store`` and of ``chunks``, sized by the memory model
+    (:mod:`oocarr.engine.plan`) for the budget in force, at most ``most`` bytes.
+
+    Raises
+    ------
+    BudgetTooSmallError
+        When one tile of whole chunks is larger than the whole budget.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarr
+    >>> store = oocarr.from_numpy(np.zeros((1000, 100), "f4")).store
+    >>> with oocarr.memory_budget("700KB"):
+    ...     tile_plan(store, "copy")
+    (250, 100)
+    """
+    return _tile_plan(store, purpose, chunks, remedy, most)[0]
+
+
+def read_tiles(
+    store: BlockedArray, tile: Sequence[int]
+) -> Iterator[tuple[tuple[slice, ...], np.ndarray]]:
+    """``(region, values)`` for every tile of ``store`` in C order, on the engine's loop (the
+    next tile read ahead while the caller works on this one).
+
+    Examples
+    --------
+    >>> import numpy as np, oocarr
+    >>> store = oocarr.from_numpy(np.arange(5)).store
+    >>> [(r[0].start, v.tolist()) for r, v in read_tiles(store, (2,))]
+    [(0, [0, 1]), (2, [2, 3]), (4, [4])]
+    """
+    tiled = store.with_pages(tuple(tile))
+    regions = (tiled.block_region(i) for i in tiled.block_grid())
+    counts = IOCounts(calls=1)
+    try:
+        yield from stream_read(tiled, regions, counts)
+    finally:
+        record(call_site("read"), counts)
+
+
+def copy_tiles(
+    src: BlockedArray | np.ndarray,
+    dst: BlockedArray,
+    tile_bytes: int | None = None,
+    *,
+    advance: Callable[[int], Any] | None = None,
+    remedy: str = "with oocarr.set_memory_budget",
+) -> None:
+    """Copy ``src`` into ``dst`` tile by tile on the engine's loop (the next tile read ahead,
+    each written behind).
+
+    Tiles are made of whole chunks of both sides, sized by the memory model
+    for the budget in force (a copy holds :data:`oocarr.engine.plan.COPY_TILES`
+    tiles), at most ``tile_bytes`` when given; ``advance(nbytes)`` is called
+    after each tile is written.
 
     Examples
     --------
@@ -279,18 +364,16 @@ def copy_tiles(src: BlockedArray | np.ndarray, dst: BlockedArray, tile_bytes: in
     array([0., 1., 2., 3., 4.])
     """
     src_chunks = src.chunks if isinstance(src, BlockedArray) else None
-    tile = pages.common_block(dst.shape, dst.itemsize, tile_bytes, dst.chunks, src_chunks)
+    tile, projection = _tile_plan(dst, "copy", [src_chunks], remedy, tile_bytes)
+    counts = IOCounts(calls=1)
+    counts.project(projection.nbytes)
     tiled = dst.with_pages(tile)
-    if isinstance(src, BlockedArray):
-        buffer = np.empty(int(np.prod(tile)), dtype=src.dtype)
-    for index in tiled.block_grid():
-        region = tiled.block_region(index)
-        if isinstance(src, BlockedArray):
-            shape = pages.region_shape(region)
-            out = buffer[: int(np.prod(shape))].reshape(shape)
-            tiled.write_region(region, src.read_region(region, out=out))
-        else:
-            tiled.write_region(region, src[region])
+    source = src.with_pages(tile) if isinstance(src, BlockedArray) else np.asarray(src)
+    regions = (tiled.block_region(i) for i in tiled.block_grid())
+    try:
+        stream_copy(source, tiled, regions, counts, advance)
+    finally:
+        record(call_site("copy"), counts)
 
 
 def from_numpy(

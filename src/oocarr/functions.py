@@ -6,14 +6,15 @@ from typing import Any
 
 from jax._src import core as jax_core
 
-from .disk_array import DiskArray, DiskArrayType
-from .make_op import make_op, materialize, update
-from .ops.elementwise import BINARY, COMPARISON, UNARY, Where
-from .ops.matmul import Matmul
-from .ops.reductions import LogSumExp, Max, Mean, Min, Sum
-from .ops.slicing import Slice
-from .ops.softmax import Softmax
-from .ops.transpose import Transpose
+from oocarr.jaxlayer.disk_array import DiskArray, DiskArrayType
+from oocarr.jaxlayer.make_op import make_op, materialize, update
+from oocarr.ops.elementwise import BINARY, COMPARISON, UNARY, Where
+from oocarr.ops.matmul import Matmul
+from oocarr.ops.reductions import LogSumExp, Max, Mean, Min, Sum
+from oocarr.ops.slicing import Slice
+from oocarr.ops.softmax import Softmax
+from oocarr.ops.transpose import Transpose
+from oocarr.store.views import key_region
 
 __all__ = [
     *UNARY,
@@ -30,6 +31,7 @@ __all__ = [
     "transpose",
     "materialize",
     "update",
+    "install_operators",
 ]
 
 
@@ -236,13 +238,23 @@ _slice = make_op(Slice)
 
 def _traced_getitem(x: Any, key: Any) -> Any:
     """``x[key]`` on a traced ``DiskArray``: a tile-by-tile copy, differentiable."""
-    from .views import key_region
-
     region = tuple(tuple(r) for r in key_region(key, tuple(x.shape)))
     return _slice(x, region=region)
 
 
-def _install_operators() -> None:
+def install_operators() -> None:
+    """Give ``DiskArray`` (and its traced type) its operators and methods: ``+``, ``@``,
+    ``<`` ..., ``.sum()``, ``.mean()``, ``.T``, ``.update_()`` and ``x[key]`` under ``jit``.
+
+    :mod:`oocarr` calls this once when it is imported; calling it again changes nothing.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarr
+    >>> install_operators()
+    >>> np.asarray(oocarr.from_numpy(np.ones(2, "f4")) + 1.0)
+    array([2., 2.], dtype=float32)
+    """
     for name, fn in _OPERATORS.items():
         setattr(DiskArray, f"__{name}__", lambda self, *a, _fn=fn: _fn(self, *a))
         setattr(DiskArrayType, f"_{name}", staticmethod(fn))
@@ -253,6 +265,3 @@ def _install_operators() -> None:
     DiskArrayType._getitem = staticmethod(_traced_getitem)
     DiskArray.T = property(transpose)
     DiskArrayType.T = jax_core.aval_property(transpose)
-
-
-_install_operators()

@@ -1,5 +1,5 @@
 """``python -m oocarr.cli``: the same as the ``oocarr`` console script."""
 
-from oocarr.cli.main import main
+from .main import main
 
 main()

@@ -7,14 +7,15 @@ from typing import Any
 import click
 
 import oocarr
+from oocarr.api import copy_tiles
 from oocarr.errors import AlreadyExistsError
-from oocarr.interface import BlockedArray
+from oocarr.store import BlockedArray
 
 from .errors import EXIT_CODES_HELP, EXIT_USAGE, EXIT_WRITE, CommandError, writing
 from .options import Settings, global_options, parse_chunks, parse_storage_options, pass_settings
 from .output import fmt_dtype, fmt_shape, human_bytes
 from .progress import Progress
-from .streaming import COPY_SHARE, checksum, read_tiles, tile_shape
+from .streaming import COPY_SHARE, checksum, tile_shape
 
 __all__ = ["convert", "copy", "destination_chunks"]
 
@@ -44,11 +45,7 @@ def destination_chunks(
 
 def copy(source: BlockedArray, target: BlockedArray, progress: Progress) -> None:
     """Copy ``source`` into ``target`` in tiles of whole chunks of both, under the budget."""
-    tile = tile_shape(target, COPY_SHARE, source.chunks)
-    tiled = target.with_pages(tile)
-    for region, values in read_tiles(source, tile):
-        tiled.write_region(region, values)
-        progress.advance(values.nbytes)
+    copy_tiles(source, target, advance=progress.advance, remedy="with --memory")
 
 
 def _verify(source: BlockedArray, target: BlockedArray, enabled: bool) -> str:

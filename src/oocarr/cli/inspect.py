@@ -10,7 +10,7 @@ import click
 
 from oocarr.config import memory_budget_bytes
 from oocarr.errors import BudgetTooSmallError
-from oocarr.interface import BlockedArray
+from oocarr.store import BlockedArray
 
 from .errors import EXIT_CODES_HELP
 from .options import Settings, global_options, pass_settings

@@ -7,11 +7,10 @@ from typing import Any
 import click
 import numpy as np
 
-from oocarr.dtypes import byte_order
-from oocarr.errors import UnknownDriverError
-from oocarr.interface import BlockedArray
-from oocarr.locator import split_url
-from oocarr.registry import get_driver, load_drivers
+from oocarr.store import BlockedArray
+from oocarr.store.dtypes import byte_order
+from oocarr.store.locator import split_url
+from oocarr.store.registry import get_driver, guess_driver
 
 from .errors import EXIT_CODES_HELP
 from .options import Settings, global_options, pass_settings
@@ -36,18 +35,7 @@ def listing_driver(
     """
     if name is not None:
         return get_driver(name)
-    drivers = load_drivers()
-    claims = [c for c in drivers.values() if c.can_list(container, storage_options)]
-    if not claims:
-        able = ", ".join(n for n, c in sorted(drivers.items()) if c.supports_listing)
-        raise UnknownDriverError(
-            f"cannot tell which driver lists {container!r}; pass --driver NAME (drivers that "
-            f"list containers: {able or 'none'})",
-            url=container,
-        )
-    base = container.rstrip("/").lower()
-    claims.sort(key=lambda c: not any(base.endswith(s) for s in c.suffixes))
-    return claims[0]
+    return guess_driver(container, "", storage_options, listing=True)
 
 
 def entry_json(entry: dict[str, Any]) -> dict[str, Any]:

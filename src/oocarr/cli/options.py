@@ -17,8 +17,8 @@ import click
 import oocarr
 from oocarr.config import parse_size
 from oocarr.errors import InvalidArgumentError
-from oocarr.interface import BlockedArray
-from oocarr.locator import is_local
+from oocarr.store import BlockedArray
+from oocarr.store.locator import is_local
 
 from .errors import reported
 

@@ -3,30 +3,25 @@
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Iterator
 
 import numpy as np
 
-from oocarr.config import memory_budget_bytes
-from oocarr.errors import BudgetTooSmallError
-from oocarr.interface import BlockedArray
-from oocarr.pages import common_block
-
-from .output import human_bytes
+from oocarr.api import read_tiles as api_read_tiles
+from oocarr.api import tile_plan
+from oocarr.store import BlockedArray
 
 __all__ = ["COPY_SHARE", "STATS_SHARE", "tile_shape", "read_tiles", "checksum"]
 
-#: A copy holds up to four tiles at once: the read buffer, the source's chunk cache (HDF5
-#: keeps two tiles' chunks) and the destination's encoded chunks.
-COPY_SHARE = 4
-#: Statistics hold the tile, its float64 copy and temporaries of that copy.
-STATS_SHARE = 8
+#: Tile-sized buffers a copy holds (the memory model's count: :func:`oocarr.api.tile_plan`).
+COPY_SHARE = "copy"
+#: Tile-sized buffers statistics hold.
+STATS_SHARE = "stats"
 
 
-def tile_shape(store: BlockedArray, share: int, *chunks: tuple[int, ...] | None) -> tuple[int, ...]:
-    """The tile for streaming ``store``: whole chunks of ``store`` and of ``chunks``, sized to
-    ``1/share`` of the memory budget in force.
+def tile_shape(store: BlockedArray, share: str, *chunks: tuple[int, ...] | None) -> tuple[int, ...]:
+    """The tile for streaming ``store`` for ``share`` (``"copy"`` or ``"stats"``): whole chunks
+    of ``store`` and of ``chunks``, sized by the memory model for the budget in force.
 
     Raises
     ------
@@ -37,29 +32,17 @@ def tile_shape(store: BlockedArray, share: int, *chunks: tuple[int, ...] | None)
     --------
     >>> import numpy as np, oocarr
     >>> store = oocarr.from_numpy(np.zeros((1000, 100), "f4")).store
-    >>> with oocarr.memory_budget("400KB"):
-    ...     tile_shape(store, 4)
+    >>> with oocarr.memory_budget("700KB"):
+    ...     tile_shape(store, "copy")
     (250, 100)
     """
-    budget = memory_budget_bytes()
-    given = [c for c in (*chunks, store.chunks) if c is not None]
-    tile = common_block(store.shape, store.itemsize, max(1, budget // share), *given)
-    nbytes = math.prod(tile) * store.itemsize
-    if nbytes > budget:
-        raise BudgetTooSmallError(
-            f"the memory budget of {human_bytes(budget)} cannot hold one tile of whole chunks "
-            f"{tile} ({human_bytes(nbytes)}) of {store.url}; raise it with --memory",
-            url=store.url,
-        )
-    return tile
+    return tile_plan(store, share, *chunks, remedy="with --memory")
 
 
 def read_tiles(
     store: BlockedArray, tile: tuple[int, ...]
 ) -> Iterator[tuple[tuple[slice, ...], np.ndarray]]:
-    """``(region, values)`` for every tile of ``store`` in C order, reusing one buffer.
-
-    Each ``values`` is overwritten by the next step: use it before advancing.
+    """``(region, values)`` for every tile of ``store`` in C order (:func:`oocarr.api.read_tiles`).
 
     Examples
     --------
@@ -68,12 +51,7 @@ def read_tiles(
     >>> [(r[0].start, v.tolist()) for r, v in read_tiles(store, (2,))]
     [(0, [0, 1]), (2, [2, 3]), (4, [4])]
     """
-    tiled = store.with_pages(tile)
-    buffer = np.empty(math.prod(tile), dtype=store.dtype)
-    for index in tiled.block_grid():
-        region = tiled.block_region(index)
-        shape = tuple(r.stop - r.start for r in region)
-        yield region, tiled.read_region(region, out=buffer[: math.prod(shape)].reshape(shape))
+    return api_read_tiles(store, tile)
 
 
 def checksum(store: BlockedArray, tile: tuple[int, ...], advance=None) -> str:

@@ -1,5 +1,5 @@
 """Block-level op definitions: math only, no I/O and no JAX internals."""
 
-from .base import BlockParallelOp, Plan
+from oocarr.engine.op import BlockParallelOp, Plan
 
 __all__ = ["BlockParallelOp", "Plan"]

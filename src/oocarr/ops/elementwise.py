@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .base import BlockParallelOp, Plan, Region
+from oocarr.engine.op import BlockParallelOp, Plan, Region
 
 __all__ = ["Elementwise", "UNARY", "BINARY", "COMPARISON", "Where", "Identity"]
 
@@ -86,3 +86,8 @@ COMPARISON = {
 Where = _op("where", jnp.where)
 Identity = _op("identity", lambda x: x)
 Add = BINARY["add"]
+# Each op class is a module attribute under its own name, so ops (and the engine's tile
+# tasks holding them) pickle by reference.
+globals().update(
+    {cls.__name__: cls for cls in (*UNARY.values(), *BINARY.values(), *COMPARISON.values())}
+)

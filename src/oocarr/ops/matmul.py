@@ -11,8 +11,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..errors import ShapeMismatchError
-from .base import BlockParallelOp, Plan, Region
+from oocarr.engine.op import INPUT_TILES, BlockParallelOp, Plan, Region
+from oocarr.errors import ShapeMismatchError
+
 from .elementwise import broadcast_region
 
 __all__ = ["Matmul"]
@@ -87,6 +88,15 @@ class Matmul(BlockParallelOp):
             *(() if self.b_vec else (tn,)),
         )
         return Plan(tile, {"k": tk})
+
+    def buffers(self, out_tile, in_blocks, stored) -> list[tuple[str, int, int]]:
+        """What :meth:`plan` counts: three output-tile buffers and three panels of each side."""
+        panels = INPUT_TILES + 1
+        return [
+            ("accumulator, product and finished tile", 3, math.prod(out_tile)),
+            ("a panels (in use, read ahead, held by XLA)", panels, math.prod(in_blocks[0])),
+            ("b panels (in use, read ahead, held by XLA)", panels, math.prod(in_blocks[1])),
+        ]
 
     def index_map(self, out_region: Region, plan: Plan) -> Iterator[tuple[Region, ...]]:
         nb = len(self.batch)

@@ -10,9 +10,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import pages
-from ..errors import InvalidArgumentError
-from .base import BlockParallelOp, Plan, Region
+from oocarr.engine.op import BlockParallelOp, Plan, Region, grow_block
+from oocarr.errors import InvalidArgumentError
 
 __all__ = ["Sum", "Mean", "Max", "Min", "LogSumExp", "normalize_axes"]
 
@@ -56,11 +55,9 @@ class Sum(BlockParallelOp):
         # the input tile is only reduced, so its chunks may lie anywhere in it: stacked along
         # the first axis, each is one contiguous run that the driver reads straight in
         # (contiguous storage, chunks None, wants whole trailing axes: one run of the file)
-        in_tile = pages.grow_block(
-            shape, 1, per_tile, base=chunks, first_axis_first=chunks is not None
-        )
+        in_tile = grow_block(shape, 1, per_tile, base=chunks, first_axis_first=chunks is not None)
         if math.prod(in_tile) > per_tile:
-            in_tile = pages.grow_block(shape, 1, per_tile)
+            in_tile = grow_block(shape, 1, per_tile)
         out_tile = self._out_of(in_tile, fill=1)
         return Plan(out_tile, {f"in{i}": n for i, n in enumerate(in_tile)})
 

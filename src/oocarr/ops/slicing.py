@@ -14,8 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..errors import InvalidArgumentError
-from .base import BlockParallelOp, Plan, Region
+from oocarr.engine.op import BlockParallelOp, Plan, Region
+from oocarr.errors import InvalidArgumentError
 
 __all__ = ["Slice"]
 

@@ -17,8 +17,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..errors import InvalidArgumentError
-from .base import CustomOp, Region
+from oocarr.engine.op import CustomOp, Region, Run
+from oocarr.errors import InvalidArgumentError
 
 __all__ = ["Softmax"]
 
@@ -42,7 +42,7 @@ class Softmax(CustomOp):
         self.axis = axis % len(shape)
         return shape
 
-    def _panels(self, run) -> Iterator[tuple[list[Region], tuple[int, ...]]]:
+    def _panels(self, run: Run) -> Iterator[tuple[list[Region], tuple[int, ...]]]:
         """Each panel's regions along the axis, and the (nominal) tile shape."""
         shape, axis = self.output_shape, self.axis
         tile = run.tile_shape(shape)
@@ -85,8 +85,8 @@ class Softmax(CustomOp):
         shape = tile[: self.axis] + (1,) + tile[self.axis + 1 :]
         return np.full(shape, value, dtype)
 
-    def forward(self, run) -> None:
-        dtype = np.result_type(run.inputs[0].value.dtype, np.float32)
+    def forward(self, run: Run) -> None:
+        dtype = np.result_type(run.inputs[0].dtype, np.float32)
         stats, normalize = run.jit(self._stats_block), run.jit(self._normalize_block)
         for columns, tile in self._panels(run):
             m = self._panel_buffer(tile, dtype, -np.inf)
@@ -97,10 +97,10 @@ class Softmax(CustomOp):
                 y = normalize(run.pad(block, tile, -np.inf), m, s)
                 run.write(region, run.crop(y, region))
 
-    def backward(self, run) -> None:
+    def backward(self, run: Run) -> None:
         if not run.wants_grad(0):
             return
-        dtype = np.result_type(run.out.value.dtype, np.float32)
+        dtype = np.result_type(run.out.dtype, np.float32)
         dot, grad = run.jit(self._dot_block), run.jit(self._grad_block)
         for columns, tile in self._panels(run):
             acc = self._panel_buffer(tile, dtype, 0.0)

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import jax
 import jax.numpy as jnp
 
-from ..errors import InvalidArgumentError
-from .base import BlockParallelOp, Plan, Region
+from oocarr.engine.op import BlockParallelOp, Plan, Region
+from oocarr.errors import InvalidArgumentError
 
 __all__ = ["Transpose"]
 

@@ -35,12 +35,8 @@ import jax
 import ml_dtypes
 import numpy as np
 
-from . import registry
-from .api import copy_tiles, save
-from .blocked import BlockedArray
-from .disk_array import DiskArray
-from .dtypes import as_dtype, dtype_token
-from .errors import (
+from oocarr.api import copy_tiles, save
+from oocarr.errors import (
     AlreadyExistsError,
     InvalidArgumentError,
     InvalidStoreError,
@@ -49,9 +45,13 @@ from .errors import (
     UnknownDriverError,
     UnsupportedDtypeError,
 )
-from .locator import Locator, is_local, split_url
-from .pages import DEFAULT_PAGE_BYTES
-from .scratch import scratch_locator
+from oocarr.jaxlayer.disk_array import DiskArray
+from oocarr.store import registry
+from oocarr.store.blocked import BlockedArray
+from oocarr.store.dtypes import as_dtype, dtype_token
+from oocarr.store.locator import Locator, is_local, split_url
+from oocarr.store.pages import DEFAULT_PAGE_BYTES
+from oocarr.store.scratch import scratch_locator
 
 __all__ = ["save_params", "load_params"]
 
@@ -87,15 +87,12 @@ class _Root:
         if name is not None:
             return registry.get_driver(name)
         container, inner, options = self.container, self.inner, self.options
-        claims = [
-            c
-            for c in registry.load_drivers().values()
-            if c.can_open(container, inner, options) or c.can_list(container, options)
-        ]
-        base = container.rstrip("/").lower()
-        claims.sort(key=lambda c: not any(base.endswith(s) for s in c.suffixes))
-        if claims:
-            return claims[0]
+        for listing in (False, True):
+            try:
+                return registry.guess_driver(container, inner, options, listing=listing)
+            except UnknownDriverError:
+                continue
+        # A container that does not exist yet and names no format: the scratch defaults.
         fallback = "memmap" if is_local(container) else "fsspec"
         try:
             return registry.get_driver(fallback)

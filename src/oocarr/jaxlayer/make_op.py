@@ -3,9 +3,13 @@
 Each call builds a forward hijax primitive whose output type carries the
 output's locator; its reverse-mode rule binds a separate backward
 primitive whose outputs are typed at the inputs' gradient locators.  Both
-expand to the engine's loop: run directly when nothing is traced, or
-inside an ``io_callback`` that takes the inputs' markers (so XLA orders it
-after whatever wrote them) and returns the output's marker.
+expand to the engine's loop through :func:`~oocarr.jaxlayer.callbacks.call`:
+run directly when nothing is traced, or inside an ``io_callback`` that takes
+the inputs' markers (so XLA orders it after whatever wrote them) and returns
+the output's marker.
+
+Importing this module gives :class:`~oocarr.jaxlayer.disk_array.DiskArrayType`
+its gradient arithmetic (:func:`zeros_at`, :func:`add_into`), which runs ops.
 """
 
 from __future__ import annotations
@@ -19,19 +23,28 @@ import jax.numpy as jnp
 import numpy as np
 from jax._src import core as jax_core
 from jax._src.interpreters import ad as jax_ad
-from jax.experimental import io_callback
 from jax.experimental.hijax import ShapedArray, VJPHiPrimitive, Zero
 
-from . import registry
-from .blocked import BlockedArray
-from .config import memory_budget, memory_budget_bytes
-from .disk_array import MARKER_DTYPE, DiskArray, DiskArrayType, is_disk, is_writable
-from .engine import OOCAlgorithm, Operand
-from .errors import ReadOnlyError, ShapeMismatchError
-from .locator import Locator
-from .ops.base import BlockParallelOp, CustomOp
-from .scratch import scratch_dir, scratch_locator
-from .stats import call_site
+from oocarr.engine.io import Operand
+from oocarr.engine.op import BlockParallelOp, CustomOp
+from oocarr.engine.run import OOCAlgorithm
+from oocarr.engine.stats import call_site
+from oocarr.errors import ShapeMismatchError
+from oocarr.ops.elementwise import BINARY, Identity
+from oocarr.store.blocked import BlockedArray
+from oocarr.store.locator import Locator
+from oocarr.store.scratch import scratch_locator
+
+from .callbacks import (
+    call,
+    check_writable,
+    create_store,
+    is_traced,
+    marker,
+    open_store,
+    result_struct,
+)
+from .disk_array import MARKER_DTYPE, DiskArray, DiskArrayType, is_disk, register_vspace
 
 __all__ = ["make_op", "add_into", "zeros_at"]
 
@@ -52,52 +65,9 @@ def _scratch_locator(shape: tuple[int, ...], dtype: Any) -> Locator:
     return scratch_locator(None, shape, dtype)
 
 
-def _check_writable(aval: DiskArrayType) -> None:
-    locator = aval.locator
-    if aval.tangent or is_writable(locator) or locator.url.startswith(scratch_dir()):
-        return
-    raise ReadOnlyError(
-        f"{locator.full_url} was not opened for writing; open it with mode='r+' to update it",
-        url=locator.full_url,
-    )
-
-
-def _with_budget(budget: int) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Run the wrapped loop under ``budget``, whichever thread calls it."""
-
-    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(fn)
-        def run(*args: Any) -> Any:
-            with memory_budget(budget):
-                return fn(*args)
-
-        return run
-
-    return wrap
-
-
-def _is_traced(values: Sequence[Any]) -> bool:
-    return any(isinstance(v, jax_core.Tracer) for v in values)
-
-
-def _open(locator: Locator, mode: str = "r") -> BlockedArray:
-    return registry.get_driver(locator.driver).open(locator, mode)
-
-
-def _create(locator: Locator, shape, dtype) -> BlockedArray:
-    return registry.get_driver(locator.driver).create(locator, shape, dtype, overwrite=True)
-
-
-def _lo(x: Any) -> Any:
-    """What an argument contributes to the callback: a marker, or the in-memory value."""
-    if isinstance(x, DiskArray):
-        return jnp.zeros((), MARKER_DTYPE) if x._marker is None else x._marker
-    return x
-
-
 def _operands(avals: Sequence[Any], values: Sequence[Any]) -> list[Operand]:
     return [
-        Operand(_open(a.locator)) if isinstance(a, DiskArrayType) else Operand(np.asarray(v))
+        Operand(open_store(a.locator)) if isinstance(a, DiskArrayType) else Operand(np.asarray(v))
         for a, v in zip(avals, values)
     ]
 
@@ -130,12 +100,8 @@ class Forward(VJPHiPrimitive):
         return isinstance(self.out_aval, DiskArrayType)
 
     def expand(self, *args: Any) -> Any:
-        los = [_lo(x) for x in args]
         in_avals, out_aval, op, site = self.in_avals, self.out_aval, self.op, self.site
-        # Callbacks run in XLA's threads: use the budget in force where the op was called.
-        budget = memory_budget_bytes()
 
-        @_with_budget(budget)
         def run(*values: Any) -> Any:
             operands = _operands(in_avals, values)
             algo = OOCAlgorithm(op, site)
@@ -143,30 +109,23 @@ class Forward(VJPHiPrimitive):
                 if out_aval.shape == ():
                     return np.asarray(algo.forward(operands), dtype=out_aval.dtype)
                 return algo.forward(operands, np.empty(out_aval.shape, out_aval.dtype))
-            _check_writable(out_aval)
-            with _create(out_aval.locator, out_aval.shape, out_aval.dtype) as out:
+            check_writable(out_aval)
+            with create_store(out_aval.locator, out_aval.shape, out_aval.dtype) as out:
                 algo.forward(operands, out)
-            return np.zeros((), MARKER_DTYPE)
+            return marker()
 
-        if not _is_traced(los):
-            result = run(*los)
-            if not self.stored_output:
-                return jnp.asarray(result)
-            out = DiskArray._at(
-                out_aval.locator, out_aval.shape, out_aval.dtype, tangent=out_aval.tangent
-            )
-            return out._own() if self.fresh_output else out
-        shape = (
-            jax.ShapeDtypeStruct((), MARKER_DTYPE)
-            if self.stored_output
-            else jax.ShapeDtypeStruct(out_aval.shape, out_aval.dtype)
-        )
-        marker = io_callback(run, shape, *los)
+        traced = is_traced(args)
+        result = call(run, result_struct(out_aval), *args)
         if not self.stored_output:
-            return marker
-        return DiskArray._at(
-            out_aval.locator, out_aval.shape, out_aval.dtype, marker, tangent=out_aval.tangent
+            return result
+        out = DiskArray._at(
+            out_aval.locator,
+            out_aval.shape,
+            out_aval.dtype,
+            result if traced else None,
+            tangent=out_aval.tangent,
         )
+        return out._own() if self.fresh_output and not traced else out
 
     def vjp_fwd(self, nzs_in: Any, *args: Any) -> tuple[Any, Any]:
         out = self(*args)
@@ -232,16 +191,12 @@ class Backward(VJPHiPrimitive):
 
     def expand(self, *args: Any) -> tuple:
         n = len(self.fwd.in_avals)
-        inputs, g = args[:n], args[n]
-        los = [_lo(x) for x in (*inputs, g, *args[n + 1 :])]
+        inputs = args[:n]
         fwd, owner, existing = self.fwd, self.owner, set(self.existing)
         in_avals, out_avals = fwd.in_avals, self.out_aval
         g_aval = self.in_avals[n]
-
         out_aval = fwd.out_aval if fwd.op.needs_output else None
-        budget = memory_budget_bytes()
 
-        @_with_budget(budget)
         def run(*values: Any) -> tuple:
             operands = _operands(in_avals, values[:n])
             g_operand = _operands([g_aval], [values[n]])[0]
@@ -257,9 +212,9 @@ class Backward(VJPHiPrimitive):
                 ct = out_avals[i]
                 if isinstance(ct, DiskArrayType):
                     if i in existing:
-                        targets[i] = _open(ct.locator, "r+")
+                        targets[i] = open_store(ct.locator, "r+")
                     else:
-                        targets[i] = _create(ct.locator, ct.shape, ct.dtype)
+                        targets[i] = create_store(ct.locator, ct.shape, ct.dtype)
                         pending.append(targets[i])
                 else:
                     targets[i] = np.zeros(ct.shape, ct.dtype)
@@ -275,9 +230,9 @@ class Backward(VJPHiPrimitive):
                 target = targets[i]
                 if isinstance(target, BlockedArray):
                     target.close()
-                    results.append(np.zeros((), MARKER_DTYPE))
+                    results.append(marker())
                 elif target is None:
-                    results.append(np.zeros((), MARKER_DTYPE))
+                    results.append(marker())
                 else:
                     results.append(np.asarray(target, dtype=ct.dtype))
             return tuple(results)
@@ -291,17 +246,8 @@ class Backward(VJPHiPrimitive):
             )
             return out if traced else out._tied_to(inputs[i])
 
-        traced = _is_traced(los)
-        if traced:
-            shapes = tuple(
-                jax.ShapeDtypeStruct((), MARKER_DTYPE)
-                if isinstance(ct, DiskArrayType)
-                else jax.ShapeDtypeStruct(ct.shape, ct.dtype)
-                for ct in out_avals
-            )
-            results = io_callback(run, shapes, *los)
-        else:
-            results = tuple(jnp.asarray(r) for r in run(*los))
+        traced = is_traced(args)
+        results = call(run, tuple(result_struct(ct) for ct in out_avals), *args)
         return tuple(wrap(i, r) for i, r in enumerate(results))
 
     def vjp_fwd(self, nzs_in: Any, *args: Any) -> Any:
@@ -325,8 +271,8 @@ def make_op(
     Parameters
     ----------
     op_class : type
-        A :class:`~oocarr.ops.base.BlockParallelOp` subclass (block math only), or a
-        :class:`~oocarr.ops.base.CustomOp` subclass (its own loops over a
+        A :class:`~oocarr.engine.op.BlockParallelOp` subclass (block math only), or a
+        :class:`~oocarr.engine.op.CustomOp` subclass (its own loops over a
         :class:`~oocarr.engine.CustomRun`).
     doc : str, optional
         The returned function's docstring.
@@ -359,16 +305,30 @@ def make_op(
 
 
 def zeros_at(aval: DiskArrayType) -> DiskArray:
-    """A ``DiskArray`` of zeros at ``aval``'s locator (the zero of a gradient type)."""
-    with _create(aval.locator, aval.shape, aval.dtype):
+    """A ``DiskArray`` of zeros at ``aval``'s locator (the zero of a gradient type).
+
+    Examples
+    --------
+    >>> import numpy as np, oocarr
+    >>> x = oocarr.from_numpy(np.ones(3, "f4"))
+    >>> np.asarray(zeros_at(x.aval.to_tangent_aval()))
+    array([0., 0., 0.], dtype=float32)
+    """
+    with create_store(aval.locator, aval.shape, aval.dtype):
         pass
     return DiskArray._at(aval.locator, aval.shape, aval.dtype, tangent=aval.tangent)
 
 
 def add_into(aval: DiskArrayType, x: Any, y: Any) -> DiskArray:
-    """``x + y`` written at ``aval``'s locator (how JAX adds two gradients)."""
-    from .ops.elementwise import BINARY
+    """``x + y`` written at ``aval``'s locator (how JAX adds two gradients).
 
+    Examples
+    --------
+    >>> import numpy as np, oocarr
+    >>> x = oocarr.from_numpy(np.ones(3, "f4"))
+    >>> np.asarray(add_into(x.aval.to_tangent_aval(), x, x))
+    array([2., 2., 2.], dtype=float32)
+    """
     avals = (jax.typeof(x), jax.typeof(y))
     op = _op_instance(BINARY["add"], tuple(a.shape for a in avals), ())
     return Forward(op, avals, out_aval=aval)(x, y)
@@ -383,8 +343,6 @@ def materialize(x: Any) -> jax.Array:
     >>> oocarr.materialize(oocarr.from_numpy(np.arange(3.0, dtype="f4")))
     Array([0., 1., 2.], dtype=float32)
     """
-    from .ops.elementwise import Identity
-
     x = _as_argument(x)
     aval = jax.typeof(x)
     if not isinstance(aval, DiskArrayType):
@@ -406,8 +364,6 @@ def update(x: Any, new: Any) -> DiskArray:
     >>> np.asarray(oocarr.update(w, w + 1.0))
     array([1., 1., 1.], dtype=float32)
     """
-    from .ops.elementwise import Identity
-
     target = jax.typeof(x)
     new = _as_argument(new)
     source = jax.typeof(new)
@@ -419,10 +375,13 @@ def update(x: Any, new: Any) -> DiskArray:
             f"shape {source.shape}",
             url=target.locator.full_url,
         )
-    _check_writable(target)
+    check_writable(target)
     op = _op_instance(Identity, (source.shape,), ())
     result = Forward(op, (source,), out_aval=target)(new)
     if isinstance(x, DiskArray) and x._store is not None:
         x._store.close()
         x._store = None  # its handle may hold the replaced storage; reopen on next use
     return result
+
+
+register_vspace(zeros_at, add_into)

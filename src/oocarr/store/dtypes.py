@@ -7,7 +7,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .errors import UnsupportedDtypeError
+from oocarr.errors import UnsupportedDtypeError
 
 __all__ = ["as_dtype", "dtype_name", "dtype_token", "byte_order", "is_bfloat16", "BFLOAT16"]
 

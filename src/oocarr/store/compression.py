@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import UnsupportedCompressionError
+from oocarr.errors import UnsupportedCompressionError
 
 __all__ = ["Compression", "parse_compression"]
 

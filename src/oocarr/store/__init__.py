@@ -1,11 +1,15 @@
-"""Everything a storage driver may import from oocarr, in one place.
+"""The page-store layer, and everything a storage driver may import from oocarr.
 
-A driver (built in or third party) imports this module and
-:mod:`oocarr.errors`, and nothing else of oocarr.
+The layer's modules (``blocked``, ``locator``, ``regions``, ``pages``,
+``dtypes``, ``compression``, ``buffers``, ``views``, ``registry``,
+``scratch``) import nothing of oocarr but each other and :mod:`oocarr.errors`.
+A driver (built in or third party) imports this package and
+:mod:`oocarr.errors`, and nothing else of oocarr (``oocarr.interface`` is the
+deprecated old name of this package's surface).
 
 Examples
 --------
->>> from oocarr.interface import BlockedArray, Locator
+>>> from oocarr.store import BlockedArray, Locator
 >>> issubclass(BlockedArray, object) and Locator.make("x", "/a").driver
 'x'
 """

@@ -1,25 +1,41 @@
-"""``BlockParallelOp``: the block-level math of an op, with no I/O and no JAX internals.
+"""The op contract: what an op tells the engine, and all of the engine an op may use.
 
 An op class says what its output is, how an output tile maps to the input
 tiles that contribute to it (``index_map``), how partial results combine,
 and the math of one block forward and backward.  :func:`oocarr.make_op`
 turns it into a differentiable function on ``DiskArray``s; the engine
-(:mod:`oocarr.engine`) runs its loops.
+(:mod:`oocarr.engine.run`) runs its loops.  An op that drives its own loops
+(a :class:`CustomOp`) does so through the :class:`Run` protocol, and sees
+nothing else of the engine.  Concrete ops (:mod:`oocarr.ops`) import this
+module only.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import jax
 import numpy as np
 
-from .. import pages
+from oocarr.store import pages
+from oocarr.store.pages import grow_block
 
-__all__ = ["Op", "BlockParallelOp", "CustomOp", "Plan", "Region"]
+from .plan import INPUT_TILES, WRITE_BEHIND_TILES
+
+__all__ = [
+    "INPUT_TILES",
+    "Op",
+    "BlockParallelOp",
+    "CustomOp",
+    "Plan",
+    "Reader",
+    "Region",
+    "Run",
+    "grow_block",
+]
 
 Region = tuple[slice, ...]
 
@@ -148,6 +164,31 @@ class BlockParallelOp(Op):
             tile = pages.grow_block(self.output_shape, 1, per_tile)
         return Plan(tile)
 
+    def buffers(
+        self,
+        out_tile: tuple[int, ...],
+        in_blocks: Sequence[tuple[int, ...]],
+        stored: Sequence[bool],
+    ) -> list[tuple[str, int, int]]:
+        """What one call holds at once for tiles of these shapes: ``(what, count, elements
+        each)`` items, the engine's prefetch and write-behind included.
+
+        The default counts ``residency`` buffers of the largest block, plus
+        :data:`~oocarr.engine.plan.INPUT_TILES` blocks per stored input (read
+        ahead, still held by XLA) and the tile written behind; an op whose
+        ``plan`` spends the whole budget itself (``whole_budget``) overrides
+        this with its own accounting.
+        """
+        largest = max([math.prod(out_tile), *(math.prod(b) for b in in_blocks)])
+        items = [("op tiles (blocks in use, partials, accumulator)", self.residency, largest)]
+        items += [
+            (f"input {i} blocks read ahead or held by XLA", INPUT_TILES, math.prod(b))
+            for i, (b, s) in enumerate(zip(in_blocks, stored))
+            if s
+        ]
+        items.append(("finished tile written behind", WRITE_BEHIND_TILES, math.prod(out_tile)))
+        return items
+
     def out_regions(self, plan: Plan) -> Iterator[Region]:
         """Every output tile's region, in C order."""
         grid = pages.grid_shape(self.output_shape, plan.out_tile)
@@ -155,18 +196,87 @@ class BlockParallelOp(Op):
             yield pages.block_region(index, plan.out_tile, self.output_shape)
 
 
+class Reader(Protocol):
+    """One array a :class:`Run` reads: an input, the cotangent ``g`` or the forward output."""
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def dtype(self) -> np.dtype: ...
+
+    def read(self, region: Region) -> np.ndarray:
+        """The block at ``region`` (the last block is kept: reading it again is free)."""
+        ...
+
+
+class Run(Protocol):
+    """What a :class:`CustomOp` drives its loops with, for one call (the engine's
+    :class:`~oocarr.engine.run.CustomRun` implements it).
+
+    Tiles come from the memory budget (the op's ``residency`` tile-sized
+    buffers plus the engine's prefetch and write-behind); blocks stream with
+    the next one read ahead; finished tiles and gradient contributions are
+    written behind, in order.
+    """
+
+    #: The inputs, in the op's argument order.
+    inputs: Sequence[Reader]
+    #: In :meth:`CustomOp.backward`: the output's cotangent.
+    g: Reader | None
+    #: In :meth:`CustomOp.backward` of an op that ``needs_output``: the forward output.
+    out: Reader | None
+
+    def tile_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """A tile of an array of ``shape``, sized from the budget."""
+        ...
+
+    def regions(self, shape: tuple[int, ...], tile: tuple[int, ...]) -> Iterator[Region]:
+        """The regions of ``shape`` cut in ``tile``s, in C order."""
+        ...
+
+    def stream(
+        self, regions: Iterable[Region], readers: Sequence[Reader]
+    ) -> Iterator[tuple[Region, list[np.ndarray]]]:
+        """``(region, [one block per reader])`` for each region, the next read ahead."""
+        ...
+
+    def jit(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` compiled once per op and parameters (keyed by its name)."""
+        ...
+
+    def pad(self, block: np.ndarray, shape: tuple[int, ...], value: float = 0.0) -> np.ndarray:
+        """``block`` padded with ``value`` to ``shape``."""
+        ...
+
+    def crop(self, array: Any, region: Region) -> np.ndarray:
+        """``array`` cut back to the shape of ``region``."""
+        ...
+
+    def write(self, region: Region, tile: np.ndarray) -> None:
+        """Write one finished output tile (behind, while the next computes)."""
+        ...
+
+    def wants_grad(self, i: int) -> bool:
+        """Whether input ``i``'s gradient is needed."""
+        ...
+
+    def accumulate(self, i: int, region: Region, grad: np.ndarray) -> None:
+        """Add ``grad`` to input ``i``'s gradient over ``region`` (behind, in order)."""
+        ...
+
+
 class CustomOp(Op):
     """Base class of ops that are not block-parallel: they drive their own loops.
 
     A row softmax needs a whole row's statistics before it can write any of
     the row's outputs; an op like that subclasses ``CustomOp`` and writes
-    :meth:`forward` and :meth:`backward` against a
-    :class:`~oocarr.engine.CustomRun`, which hands out tiles sized from the
-    budget (``residency`` tile-sized buffers, plus the engine's prefetch and
-    write-behind), streams blocks with prefetch, writes tiles behind,
-    accumulates gradients and compiles block functions once.  Everything
-    else (eager and traced calls, gradients' storage, docstrings) is what
-    :func:`oocarr.make_op` gives block-parallel ops.
+    :meth:`forward` and :meth:`backward` against a :class:`Run`, which hands
+    out tiles sized from the budget (``residency`` tile-sized buffers, plus
+    the engine's prefetch and write-behind), streams blocks with prefetch,
+    writes tiles behind, accumulates gradients and compiles block functions
+    once.  Everything else (eager and traced calls, gradients' storage,
+    docstrings) is what :func:`oocarr.make_op` gives block-parallel ops.
 
     Examples
     --------
@@ -182,11 +292,11 @@ class CustomOp(Op):
         dtype = jax.numpy.result_type(*(i.dtype for i in inputs))
         return np.dtype(jax.numpy.promote_types(dtype, jax.numpy.float32))
 
-    def forward(self, run: Any) -> None:
+    def forward(self, run: Run) -> None:
         """Read ``run.inputs`` and write every output tile with ``run.write``."""
         raise NotImplementedError
 
-    def backward(self, run: Any) -> None:
+    def backward(self, run: Run) -> None:
         """Read ``run.g`` (and ``run.out`` when ``needs_output``) and the inputs, and add each
         input's gradient with ``run.accumulate``."""
         raise NotImplementedError

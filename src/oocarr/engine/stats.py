@@ -38,6 +38,8 @@ class IOCounts:
     pages_written: int = 0
     tiles: int = 0
     calls: int = 0
+    #: The largest resident bytes a call's plan projected (:mod:`oocarr.engine.plan`).
+    projected_bytes: int = 0
 
     def count_read(self, nbytes: int) -> None:
         """Count one page of ``nbytes`` read (safe from the engine's reader and writer threads)."""
@@ -52,8 +54,17 @@ class IOCounts:
             self.pages_written += 1
 
     def add(self, other: IOCounts) -> None:
+        """Add ``other``'s counts to these (projections: the larger of the two)."""
         for name in self.__dataclass_fields__:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+            if name == "projected_bytes":
+                self.projected_bytes = max(self.projected_bytes, other.projected_bytes)
+            else:
+                setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def project(self, nbytes: int) -> None:
+        """Record a plan's projected resident bytes (the largest one counts)."""
+        with _counts_lock:
+            self.projected_bytes = max(self.projected_bytes, nbytes)
 
 
 @dataclass
@@ -118,7 +129,8 @@ def record(site: str, counts: IOCounts) -> None:
             stats.by_site.setdefault(site, IOCounts()).add(counts)
 
 
-_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+#: The oocarr package's folder: frames under it are not the user's.
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def call_site(name: str) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,11 +23,12 @@ import numpy as np
 from jax._src import core as jax_core
 from jax.experimental.hijax import HiType, ShapedArray, register_hitype
 
-from . import registry
-from .blocked import BlockedArray
-from .dtypes import dtype_name
-from .locator import Locator
-from .scratch import release, scratch_locator
+from oocarr.store import registry
+from oocarr.store.blocked import BlockedArray
+from oocarr.store.dtypes import dtype_name
+from oocarr.store.locator import Locator
+from oocarr.store.scratch import release, scratch_locator
+from oocarr.store.views import view_locator
 
 __all__ = [
     "DiskArray",
@@ -37,6 +39,7 @@ __all__ = [
     "lifetime_of",
     "allow_writes",
     "is_writable",
+    "register_vspace",
 ]
 
 #: dtype of the scalar marker a DiskArray lowers to under tracing.
@@ -87,6 +90,38 @@ _LIFETIMES: weakref.WeakValueDictionary[Locator, _Lifetime] = weakref.WeakValueD
 def lifetime_of(locator: Locator) -> _Lifetime | None:
     """The lifetime of the owned array at ``locator`` while any handle on it is alive."""
     return _LIFETIMES.get(locator)
+
+
+#: ``zero(aval)`` and ``add(aval, x, y)`` of gradient types; they run ops, so the module that
+#: builds ops (:mod:`~oocarr.jaxlayer.make_op`) registers them when it is imported.
+_VSPACE: dict[str, Callable[..., Any]] = {}
+
+
+def register_vspace(zero: Callable[..., Any], add: Callable[..., Any]) -> None:
+    """Set how a :class:`DiskArrayType` makes a zero gradient and adds two gradients.
+
+    ``zero(aval)`` returns a ``DiskArray`` of zeros at ``aval``'s locator;
+    ``add(aval, x, y)`` writes ``x + y`` there.  :mod:`oocarr.jaxlayer.make_op`
+    registers its :func:`~oocarr.jaxlayer.make_op.zeros_at` and
+    :func:`~oocarr.jaxlayer.make_op.add_into` when it is imported, which
+    importing :mod:`oocarr.jaxlayer` does.
+
+    Examples
+    --------
+    >>> from oocarr.jaxlayer.make_op import add_into, zeros_at
+    >>> register_vspace(zeros_at, add_into)  # what importing make_op did already
+    """
+    _VSPACE["zero"] = zero
+    _VSPACE["add"] = add
+
+
+def _vspace(name: str) -> Callable[..., Any]:
+    try:
+        return _VSPACE[name]
+    except KeyError:
+        raise RuntimeError(
+            "DiskArray gradients need oocarr.jaxlayer.make_op; import oocarr.jaxlayer"
+        ) from None
 
 
 def grad_locator(locator: Locator, shape: Any = None, dtype: Any = None) -> Locator:
@@ -147,14 +182,10 @@ class DiskArrayType(HiType):
         )
 
     def vspace_zero(self) -> DiskArray:
-        from .make_op import zeros_at
-
-        return zeros_at(self)
+        return _vspace("zero")(self)
 
     def vspace_add(self, x: Any, y: Any) -> DiskArray:
-        from .make_op import add_into
-
-        return add_into(self, x, y)
+        return _vspace("add")(self, x, y)
 
     def normalize(self) -> DiskArrayType:
         return self
@@ -331,8 +362,6 @@ class DiskArray:
         >>> v.shape, np.asarray(v)
         ((2,), array([ 6., 10.]))
         """
-        from .views import view_locator
-
         locator = view_locator(self._locator, self._shape, key)
         store = registry.get_driver("view").open(locator, self.store.mode)
         view = DiskArray(store)

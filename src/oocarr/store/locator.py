@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import InvalidUrlError
+from oocarr.errors import InvalidUrlError
 
 __all__ = ["Locator", "split_url", "join_url", "is_local"]
 

@@ -29,25 +29,24 @@ from typing import Any
 import jax
 import numpy as np
 
-from .blocked import BlockedArray
-from .buffers import BufferPool
-from .config import memory_budget_bytes
-from .disk_array import DiskArray
-from .errors import BudgetTooSmallError, InvalidArgumentError, ShapeMismatchError
-from .malloc import fix_mmap_threshold
-from .pages import DEFAULT_CHUNK_BYTES, DEFAULT_PAGE_BYTES
-from .stats import IOCounts, call_site, record
-
-fix_mmap_threshold()
+from oocarr.engine.budget import memory_budget_bytes
+from oocarr.engine.plan import (
+    BLOCK_SHARE,
+    EXTRA_BATCHES,
+    Buffers,
+    Projection,
+    require,
+    tile_budget,
+)
+from oocarr.engine.stats import IOCounts, call_site, record
+from oocarr.errors import InvalidArgumentError, ShapeMismatchError
+from oocarr.jaxlayer.disk_array import DiskArray
+from oocarr.store.blocked import BlockedArray
+from oocarr.store.buffers import BufferPool
+from oocarr.store.pages import DEFAULT_CHUNK_BYTES, DEFAULT_PAGE_BYTES
 
 __all__ = ["batches", "Batches", "Epoch", "EpochStats"]
 
-#: Batch-sized buffers resident besides the ``prefetch`` queued ones: the batch the loop
-#: holds, and the one the reader assembles (its NumPy buffer plus a device copy where JAX
-#: does not use the buffer in place).
-EXTRA_BATCHES = 3
-#: At most this share of the budget goes to one chunk-aligned block of rows.
-BLOCK_SHARE = 8
 #: Largest ratio of bytes read to bytes used when picking the row-block unit: blocks
 #: smaller than some input's chunks make that input's chunks be read more than once.
 READ_OVERHEAD = 1.25
@@ -91,6 +90,7 @@ class _Plan:
     buffer_rows: int
     resident_bytes: int
     batches_held: int
+    projection: Projection
 
 
 class _Source:
@@ -178,6 +178,7 @@ def _plan(
     shuffle: bool,
     shuffle_buffer: int | None,
     budget: int,
+    overhead: int = 0,
 ) -> _Plan:
     """Block and buffer sizes for one epoch under ``budget`` bytes.
 
@@ -196,15 +197,23 @@ def _plan(
     if not fits(unit):  # blocks that split each chunk evenly
         unit = max((d for d in _divisors(unit) if fits(d)), default=1)
     if not fits(unit):
-        need = batches_bytes + (2 * unit + batch_rows - 1) * row_bytes
         names = ", ".join(s.name for s in sources)
-        raise BudgetTooSmallError(
-            f"the memory budget of {budget} bytes cannot hold batches of {batch_size} rows "
-            f"({row_bytes} bytes a row across {names}) with prefetch={prefetch}: that needs "
-            f"{need} bytes. Raise it with oocarr.set_memory_budget, or lower batch_size or "
-            "prefetch"
+        require(
+            _projection(
+                f"batches of {batch_size} rows ({row_bytes} bytes a row across {names}) with "
+                f"prefetch={prefetch}",
+                prefetch,
+                batch_rows * row_bytes,
+                unit + batch_rows - 1,
+                unit,
+                row_bytes,
+            ),
+            budget,
+            remedy="with oocarr.set_memory_budget, or lower batch_size or prefetch",
         )
-    free_rows = (budget - batches_bytes) // row_bytes - unit
+    least = batches_bytes + (2 * unit + batch_rows - 1) * row_bytes
+    usable = tile_budget(budget, least=least, overhead=overhead)
+    free_rows = (usable - batches_bytes) // row_bytes - unit
     whole = -(-max(rows, 1) // unit) * unit
     if shuffle:
         room = free_rows
@@ -218,8 +227,38 @@ def _plan(
         target = min(DEFAULT_PAGE_BYTES // row_bytes, free_rows - batch_rows + 1)
         block = min(max(unit, target // unit * unit), whole)
         buffer_rows = min(block + batch_rows - 1, rows + block)
-    resident = batches_bytes + (buffer_rows + unit) * row_bytes
-    return _Plan(block, buffer_rows, resident, prefetch + EXTRA_BATCHES)
+    overhead = sum(
+        s.store.read_overhead((block, *s.row_shape)) for s in sources if s.store is not None
+    )
+    projection = _projection(
+        "batches", prefetch, batch_rows * row_bytes, buffer_rows, unit, row_bytes, overhead
+    )
+    return _Plan(block, buffer_rows, projection.nbytes, prefetch + EXTRA_BATCHES, projection)
+
+
+def _projection(
+    name: str,
+    prefetch: int,
+    batch_bytes: int,
+    buffer_rows: int,
+    unit: int,
+    row_bytes: int,
+    overhead: int = 0,
+) -> Projection:
+    """What an epoch holds at once: batches queued and in hand, the shuffle buffer, and one
+    block unit of driver cache (HDF5 keeps the chunks of the last block read)."""
+    return Projection(
+        name,
+        (
+            Buffers("batches queued (prefetch)", prefetch, batch_bytes),
+            Buffers(
+                "batches in hand, assembled, and their device copy", EXTRA_BATCHES, batch_bytes
+            ),
+            Buffers("shuffle buffer", 1, buffer_rows * row_bytes),
+            Buffers("driver cache of the last block read", 1, unit * row_bytes),
+            Buffers("drivers' read buffers (encoded and decoding chunks)", 1, overhead),
+        ),
+    )
 
 
 class _Failure:
@@ -575,10 +614,11 @@ class Batches:
             "block_rows": plan.block_rows,
             "buffer_rows": plan.buffer_rows,
             "resident_bytes": plan.resident_bytes,
+            "resident": {b.what: b.total for b in plan.projection.items},
         }
 
     def _plan(self) -> _Plan:
-        return _plan(
+        args = (
             self._sources,
             self.rows,
             self.batch_size,
@@ -587,6 +627,10 @@ class Batches:
             self.shuffle_buffer,
             memory_budget_bytes(),
         )
+        plan = _plan(*args)
+        overhead = plan.projection.items[-1].total
+        # the drivers' read buffers of the blocks planned come out of the shuffle buffer's room
+        return _plan(*args, overhead) if overhead else plan
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next iteration run epoch ``epoch`` (to resume a run with its shuffles)."""
@@ -600,6 +644,7 @@ class Batches:
             rng = np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(self.epoch,)))
         self.epoch += 1
         counts = IOCounts(calls=1)
+        counts.project(plan.resident_bytes)
         stop = threading.Event()
         reading = _read_batches(
             self._sources, self.rows, plan, self.batch_size, self.drop_last, rng, counts, stop

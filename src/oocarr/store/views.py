@@ -13,8 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from oocarr.errors import InvalidArgumentError, InvalidUrlError
+
 from .blocked import BlockedArray
-from .errors import InvalidArgumentError, InvalidUrlError
 from .locator import Locator
 from .regions import parse_key
 

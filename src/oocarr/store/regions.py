@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import InvalidArgumentError
+from oocarr.errors import InvalidArgumentError
 
 __all__ = ["Selection", "parse_key", "check_region"]
 

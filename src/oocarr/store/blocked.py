@@ -34,21 +34,23 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from . import pages
-from .buffers import aligned_empty
-from .compression import Compression, parse_compression
-from .dtypes import as_dtype, byte_order, dtype_name
-from .errors import (
+from oocarr.errors import (
     AlreadyExistsError,
     DtypeMismatchError,
     InvalidArgumentError,
     InvalidStoreError,
+    InvalidUrlError,
     NotFoundError,
     OocarrError,
     ReadOnlyError,
     ShapeMismatchError,
     UnsupportedDtypeError,
 )
+
+from . import pages
+from .buffers import aligned_empty
+from .compression import Compression, parse_compression
+from .dtypes import as_dtype, byte_order, dtype_name
 from .locator import Locator, normalize_container
 from .regions import check_region, parse_key
 
@@ -208,6 +210,30 @@ class BlockedArray(abc.ABC):
         )
 
     @classmethod
+    def scratch_locator(
+        cls, directory: str, stem: str, shape: Sequence[int] | None, dtype: Any
+    ) -> Locator:
+        """Where a temporary array named ``stem`` goes in the scratch ``directory`` (a path or URL).
+
+        ``shape`` and ``dtype`` (``None`` when not known yet) let a driver pick
+        a layout the array needs.  Default: ``stem`` plus the driver's first
+        suffix; for a container format whose URL must name a member, the
+        member ``/data`` inside it.  :meth:`delete` removes what the array
+        holds; an emptied container is removed by the scratch module.
+
+        Examples
+        --------
+        >>> from oocarr.store.registry import get_driver
+        >>> get_driver("hdf5").scratch_locator("/tmp/s", "w", (2,), "f4").full_url
+        '/tmp/s/w.h5#/data'
+        """
+        container = f"{directory}/{stem}{cls.suffixes[0] if cls.suffixes else ''}"
+        try:
+            return cls.locate(container, "")
+        except InvalidUrlError:
+            return cls.locate(container, "/data")
+
+    @classmethod
     @abc.abstractmethod
     def _open(cls, locator: Locator, mode: str) -> BlockedArray:
         """Open an existing, committed array (raise :class:`NotFoundError` if absent)."""
@@ -357,7 +383,7 @@ class BlockedArray(abc.ABC):
         Examples
         --------
         >>> import tempfile, os, oocarr
-        >>> from oocarr.registry import get_driver
+        >>> from oocarr.store.registry import get_driver
         >>> from oocarr.locator import Locator
         >>> loc = Locator.make("memmap", os.path.join(tempfile.mkdtemp(), "a.npy"))
         >>> with get_driver("memmap").create(loc, (2,), "int8") as store:
@@ -511,7 +537,7 @@ class BlockedArray(abc.ABC):
     def page_shape(self) -> tuple[int, ...]:
         """The block shape the engine tiles this array with.
 
-        Whole storage chunks grown to about :data:`oocarr.pages.DEFAULT_PAGE_BYTES`
+        Whole storage chunks grown to about :data:`oocarr.store.pages.DEFAULT_PAGE_BYTES`
         unless set with :meth:`with_pages`.
         """
         view_pages = getattr(self, "_view_pages", None)
@@ -684,6 +710,22 @@ class BlockedArray(abc.ABC):
         """A read-only array sharing the stored bytes of ``region``, or ``None`` (then the
         region is read into a new buffer)."""
         return None
+
+    def read_overhead(self, shape: Sequence[int]) -> int:
+        """Bytes one read of a region of ``shape`` holds besides the caller's buffer, at most:
+        encoded chunks fetched, chunks being decoded by the driver's threads.
+
+        The memory model counts it per stored input of a streamer.  Drivers
+        that decode in their own buffers say how much; the default is 0 (a
+        read goes straight into the caller's buffer).
+
+        Examples
+        --------
+        >>> import numpy as np, oocarr
+        >>> oocarr.from_numpy(np.zeros((4, 4))).store.read_overhead((2, 4))
+        0
+        """
+        return 0
 
     def write_region(self, region: Sequence[slice] | None, value: Any) -> None:
         """Write ``value`` (exactly the region's shape, a safely castable dtype) at ``region``.
@@ -912,7 +954,7 @@ class BlockedArray(abc.ABC):
         Examples
         --------
         >>> import tempfile, os, numpy as np
-        >>> from oocarr.registry import get_driver
+        >>> from oocarr.store.registry import get_driver
         >>> d = tempfile.mkdtemp()
         >>> np.save(os.path.join(d, "a.npy"), np.zeros((2, 3), "f4"))
         >>> [(e["path"], e["shape"]) for e in get_driver("memmap").list_arrays(d)]

@@ -22,7 +22,7 @@ import threading
 import uuid
 from typing import Any
 
-from .errors import InvalidArgumentError
+from oocarr.errors import InvalidArgumentError
 
 __all__ = [
     "scratch_dir",
@@ -37,6 +37,10 @@ __all__ = [
 ]
 
 _RAM_FILESYSTEMS = {"tmpfs", "ramfs"}
+# Configuration, not driver knowledge: the drivers used when none is configured. Everything
+# else about a scratch array (its address, layout, deletion) is asked of its driver.
+DEFAULT_LOCAL_DRIVER = "memmap"
+DEFAULT_URL_DRIVER = "fsspec"
 _lock = threading.Lock()
 _configured: tuple[str, bool, str] | None = None
 _tracked: set[str] = set()
@@ -118,11 +122,11 @@ def set_scratch_dir(
         get_driver(driver)
     if _is_url(path):
         path = path.rstrip("/")
-        driver = driver or "fsspec"
+        driver = driver or DEFAULT_URL_DRIVER
     else:
         path = os.path.abspath(os.path.expanduser(path))
         _check_dir(path, allow_ram)
-        driver = driver or "memmap"
+        driver = driver or DEFAULT_LOCAL_DRIVER
     with _lock:
         _configured = (path, allow_ram, driver)
 
@@ -181,7 +185,7 @@ def scratch_driver() -> str:
     """
     with _lock:
         configured = _configured
-    return "memmap" if configured is None else configured[2]
+    return DEFAULT_LOCAL_DRIVER if configured is None else configured[2]
 
 
 def scratch_path(suffix: str = ".npy") -> str:
@@ -199,9 +203,9 @@ def scratch_locator(stem: str | None = None, shape: Any = None, dtype: Any = Non
     """The locator of a scratch array named ``stem`` (fresh when not given), written with
     :func:`scratch_driver` and deleted at exit if still there.
 
-    ``shape`` and ``dtype`` are needed only for bfloat16 arrays on the
-    memmap driver: ``.npy`` cannot record bfloat16, so they go to a raw file
-    whose locator holds the layout.
+    The driver picks the address (its ``scratch_locator``); ``shape`` and
+    ``dtype`` let it choose a layout the array needs (bfloat16 on the memmap
+    driver goes to a raw file whose locator holds the layout).
 
     Examples
     --------
@@ -213,30 +217,15 @@ def scratch_locator(stem: str | None = None, shape: Any = None, dtype: Any = Non
     >>> scratch_locator("w", (2, 3), "bfloat16").url.endswith(".bin")
     True
     """
-    from .dtypes import as_dtype, is_bfloat16
-    from .errors import InvalidUrlError
+    from .locator import is_local
     from .registry import get_driver
 
     cls = get_driver(scratch_driver())
-    name = (stem or uuid.uuid4().hex) + (cls.suffixes[0] if cls.suffixes else "")
-    container = f"{scratch_dir()}/{name}"
-    raw = cls.name == "memmap" and dtype is not None and is_bfloat16(as_dtype(dtype))
-    if raw:
-        layout = {"shape": [int(n) for n in shape], "dtype": as_dtype(dtype)}
-        container = container.removesuffix(".npy") + ".bin"
-        locator = cls.locate(container, "", None, layout)
-    else:
-        try:
-            locator = cls.locate(container, "")
-        except InvalidUrlError:  # a container format: the array is a named member of the file
-            locator = cls.locate(container, "/data")
-    if cls.name == "memmap":
-        track(locator.url)
-    else:
-        with _lock:
-            _tracked_locators.add(locator)
-            if locator.path and "://" not in container:
-                _containers[locator] = container
+    locator = cls.scratch_locator(scratch_dir(), stem or uuid.uuid4().hex, shape, dtype)
+    with _lock:
+        _tracked_locators.add(locator)
+        if locator.path and is_local(locator.url):
+            _containers[locator] = locator.url
     return locator
 
 
@@ -260,7 +249,13 @@ def release(locator: Any) -> None:
 
 
 def track(path: str) -> str:
-    """Remove ``path`` (and its attrs sidecar) when this process exits; returns ``path``."""
+    """Remove the file ``path`` when this process exits; returns ``path``.
+
+    Examples
+    --------
+    >>> track(scratch_path(".tmp")).endswith(".tmp")
+    True
+    """
     with _lock:
         _tracked.add(path)
     return path
@@ -287,11 +282,8 @@ def remove_tracked() -> None:
             pass
         release(locator)
     for path in paths:
-        for candidate in (path, path + ".attrs.json"):
-            try:
-                os.remove(candidate)
-            except OSError:
-                pass
+        with contextlib.suppress(OSError):
+            os.remove(path)
 
 
 atexit.register(remove_tracked)

@@ -25,23 +25,23 @@ import jax.numpy as jnp
 import numpy as np
 from jax._src import core as jax_core
 from jax._src.interpreters import ad as jax_ad
-from jax.experimental import io_callback
 from jax.experimental.hijax import ShapedArray, VJPHiPrimitive, Zero
 
-from . import registry
-from .config import memory_budget, memory_budget_bytes
-from .disk_array import MARKER_DTYPE, DiskArray, is_disk
-from .engine import BlockFunction, Operand, prefetched
-from .errors import BudgetTooSmallError, InvalidArgumentError, ShapeMismatchError
-from .locator import Locator
-from .stats import IOCounts, call_site, record
+from oocarr.engine.budget import memory_budget_bytes
+from oocarr.engine.compile import BlockFunction
+from oocarr.engine.io import Operand, prefetched
+from oocarr.engine.plan import STREAM_SUM_TILES, Buffers, Projection, require, tile_budget
+from oocarr.engine.stats import IOCounts, call_site, record
+from oocarr.errors import InvalidArgumentError, ShapeMismatchError
+from oocarr.jaxlayer.callbacks import call, open_store, result_struct
+from oocarr.jaxlayer.disk_array import DiskArray, is_disk
+from oocarr.store.locator import Locator
 
 __all__ = ["stream_sum", "RESIDENT_TILES"]
 
-#: Row-tile buffers counted against the budget: the tile being computed, the next one being
-#: read, JAX's own copy of the current tile, and one more for ``fn``'s intermediates (or the
-#: padded last tile).
-RESIDENT_TILES = 4
+#: Row-tile buffers counted against the budget (kept for one release; the memory model's
+#: constants live in :mod:`oocarr.engine.plan`).
+RESIDENT_TILES = STREAM_SUM_TILES
 
 
 # ----------------------------------------------------------------------------
@@ -106,19 +106,6 @@ def _source(x: Any) -> tuple[_Source, Any]:
     return _Source(jax.typeof(value), None, True), value
 
 
-def _lo(x: Any) -> Any:
-    """What an argument contributes to the callback: a marker, or the in-memory value."""
-    if isinstance(x, DiskArray):
-        return jnp.zeros((), MARKER_DTYPE) if x._marker is None else x._marker
-    return x
-
-
-def _tracing(values: Sequence[Any]) -> bool:
-    if any(isinstance(v, jax_core.Tracer) for v in values):
-        return True
-    return not isinstance(jax_core.trace_ctx.trace, jax_core.EvalTrace)
-
-
 # ----------------------------------------------------------------------------
 # The per-tile functions
 # ----------------------------------------------------------------------------
@@ -170,18 +157,23 @@ class _Kernel:
 # The streaming loop (runs in the callback, or directly when nothing is traced)
 # ----------------------------------------------------------------------------
 def _tile_rows(spec: _Spec, operands: Sequence[Operand]) -> int:
-    """Rows per tile: :data:`RESIDENT_TILES` row tiles of every array (and the weight or mask
-    column) within the budget, in whole storage chunks where one fits, at most ``tile_rows``."""
-    row_bytes = sum(s.row_bytes for s in spec.sources) + np.dtype(spec.out_dtype).itemsize
+    """Rows per tile: :data:`~oocarr.engine.plan.STREAM_SUM_TILES` row tiles of every array
+    (and the weight or mask column) and the drivers' read buffers within the budget, in whole
+    storage chunks where one fits, at most ``tile_rows``."""
+    row_bytes = _row_bytes(spec)
     budget = memory_budget_bytes()
-    need = RESIDENT_TILES * row_bytes
-    if need > budget:
-        raise BudgetTooSmallError(
-            f"the memory budget of {budget} bytes cannot hold one row tile of stream_sum "
-            f"({need} bytes for {RESIDENT_TILES} buffers of one row); raise it to at least "
-            f"{need} bytes with oocarr.set_memory_budget"
-        )
-    rows = budget // need
+    smallest = _projection(row_bytes, 1)
+    require(smallest, budget)
+    rows = _rows_within(spec, operands, tile_budget(budget, least=smallest.nbytes), row_bytes)
+    overhead = _read_overhead(operands, rows)
+    if overhead:
+        usable = tile_budget(budget, least=smallest.nbytes, overhead=overhead)
+        rows = _rows_within(spec, operands, usable, row_bytes)
+    return rows
+
+
+def _rows_within(spec: _Spec, operands: Sequence[Operand], usable: int, row_bytes: int) -> int:
+    rows = usable // (STREAM_SUM_TILES * row_bytes)
     chunk = next(
         (o.value.chunks[0] for o in operands if o.stored and o.value.chunks is not None), None
     )
@@ -192,8 +184,24 @@ def _tile_rows(spec: _Spec, operands: Sequence[Operand]) -> int:
     return max(1, min(rows, spec.rows))
 
 
-def _open(locator: Locator) -> Any:
-    return registry.get_driver(locator.driver).open(locator, "r")
+def _row_bytes(spec: _Spec) -> int:
+    return sum(s.row_bytes for s in spec.sources) + np.dtype(spec.out_dtype).itemsize
+
+
+def _read_overhead(operands: Sequence[Operand], rows: int) -> int:
+    """Bytes the drivers' reads of one row tile hold besides the tile."""
+    return sum(o.value.read_overhead((rows, *o.shape[1:])) for o in operands if o.stored)
+
+
+def _projection(row_bytes: int, rows: int, overhead: int = 0) -> Projection:
+    what = "row tiles (computed, read ahead, JAX's copy, fn's intermediates)"
+    return Projection(
+        "stream_sum",
+        (
+            Buffers(what, STREAM_SUM_TILES, rows * row_bytes),
+            Buffers("drivers' read buffers (encoded and decoding chunks)", 1, overhead),
+        ),
+    )
 
 
 def _stream(
@@ -211,7 +219,7 @@ def _stream(
             if src.locator is None:
                 operands.append(Operand(np.asarray(value)))
             else:
-                stores.append(_open(src.locator))
+                stores.append(open_store(src.locator))
                 operands.append(Operand(stores[-1], counts))
         return _loop(spec, wanted, [jnp.asarray(x) for x in leaves], operands, counts)
     finally:
@@ -229,6 +237,7 @@ def _loop(
 ) -> tuple[np.ndarray, ...]:
     n = spec.rows
     tile = _tile_rows(spec, operands)
+    counts.project(_projection(_row_bytes(spec), tile, _read_overhead(operands, tile)).nbytes)
     compute = spec.kernel(spec.per_row, spec.treedef, wanted)
     out_dtype = np.dtype(spec.out_dtype)
     targets = [] if wanted is None else [a for a, w in zip(spec.leaf_avals, wanted) if w]
@@ -277,17 +286,10 @@ def _pad_rows(block: np.ndarray, rows: int, mode: str) -> np.ndarray:
 def _expand(
     spec: _Spec, site: str, wanted: tuple[bool, ...] | None, out_avals: Sequence[Any], args: Any
 ) -> tuple[Any, ...]:
-    los = [_lo(x) for x in args]
-    budget = memory_budget_bytes()  # callbacks run in XLA's threads: keep the caller's budget
-
     def run(*values: Any) -> tuple[np.ndarray, ...]:
-        with memory_budget(budget):
-            return _stream(spec, site, wanted, values)
+        return _stream(spec, site, wanted, values)
 
-    if not _tracing(los):
-        return tuple(jnp.asarray(r) for r in run(*los))
-    shapes = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in out_avals)
-    return tuple(io_callback(run, shapes, *los))
+    return tuple(call(run, tuple(result_struct(a) for a in out_avals), *args))
 
 
 class _StreamSum(VJPHiPrimitive):

@@ -1,0 +1,155 @@
+"""How the HDF5 driver stores a dataset's attributes, and reads back any file's.
+
+Strings, numbers, booleans and rectangular lists of one of those types are
+stored as native HDF5 attributes; dicts, ``None``, empty, mixed and ragged
+lists are stored as JSON text and their names recorded in the attribute
+:data:`JSON_ATTRS` so they read back as what was written.  Attributes that
+other tools wrote read back as JSON values.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import h5py
+import numpy as np
+
+from oocarr.errors import InvalidArgumentError, OocarrError
+from oocarr.store import Locator, jsonable_attrs
+
+__all__ = ["JSON_ATTRS", "load_attrs", "store_attrs"]
+
+#: Attribute listing the names of attributes stored as JSON text.
+JSON_ATTRS = "_oocarr_json"
+
+_INT64 = np.iinfo(np.int64)
+
+
+def _leaves(value: Any) -> Iterator[Any]:
+    if isinstance(value, list):
+        for v in value:
+            yield from _leaves(v)
+    else:
+        yield value
+
+
+def _native_list(value: list) -> np.ndarray | None:
+    """A list as an HDF5-native array when it is rectangular and of one scalar type."""
+    leaves = list(_leaves(value))
+    if not leaves:
+        return None
+    kinds = {type(v) for v in leaves}
+    if kinds == {bool}:
+        dtype: Any = np.bool_
+    elif kinds == {int}:
+        if not all(_INT64.min <= v <= _INT64.max for v in leaves):
+            return None
+        dtype = np.int64
+    elif kinds == {float}:
+        dtype = np.float64
+    elif kinds == {str}:
+        dtype = h5py.string_dtype()
+    else:
+        return None
+    try:
+        arr = np.array(value, dtype=dtype)
+    except (ValueError, TypeError, OverflowError):
+        return None
+    return arr if arr.size == len(leaves) else None
+
+
+def _encode_attr(value: Any) -> tuple[Any, bool]:
+    """``(stored value, stored as JSON)`` for one JSON-able attribute value."""
+    if isinstance(value, str):
+        return value, False
+    if isinstance(value, bool):
+        return np.bool_(value), False
+    if isinstance(value, int) and _INT64.min <= value <= _INT64.max:
+        return np.int64(value), False
+    if isinstance(value, float):
+        return np.float64(value), False
+    if isinstance(value, list):
+        arr = _native_list(value)
+        if arr is not None:
+            return arr, False
+    return json.dumps(value), True
+
+
+def store_attrs(dset: h5py.Dataset, attrs: dict[str, Any], locator: Locator) -> None:
+    """Replace ``dset``'s attributes by ``attrs``, natively where HDF5 can hold them, else as JSON.
+
+    Examples
+    --------
+    >>> import h5py, numpy as np, tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "a.h5")
+    >>> with h5py.File(path, "w") as f:
+    ...     dset = f.create_dataset("x", data=np.arange(3))
+    ...     attrs = {"axes": [1, 2], "meta": {"a": None}}
+    ...     store_attrs(dset, attrs, Locator.make("hdf5", path, "/x"))
+    ...     dset.attrs["axes"], dset.attrs["meta"], list(dset.attrs[JSON_ATTRS])
+    (array([1, 2]), '{"a": null}', ['meta'])
+    """
+    if JSON_ATTRS in attrs:
+        raise InvalidArgumentError(
+            f"the attribute name {JSON_ATTRS!r} is reserved by the HDF5 driver "
+            f"({locator.full_url}); rename it",
+            url=locator.full_url,
+        )
+    for name in list(dset.attrs):
+        del dset.attrs[name]
+    as_json = []
+    for name, value in attrs.items():
+        stored, is_json = _encode_attr(value)
+        dset.attrs[name] = stored
+        if is_json:
+            as_json.append(name)
+    if as_json:
+        dset.attrs[JSON_ATTRS] = np.array(as_json, dtype=h5py.string_dtype())
+
+
+def load_attrs(dset: h5py.Dataset) -> dict[str, Any]:
+    """``dset``'s attributes as JSON-able values, those stored as JSON decoded.
+
+    Examples
+    --------
+    >>> import h5py, numpy as np, tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "a.h5")
+    >>> with h5py.File(path, "w") as f:
+    ...     dset = f.create_dataset("x", data=np.arange(3))
+    ...     store_attrs(dset, {"meta": {"a": [1]}}, Locator.make("hdf5", path, "/x"))
+    ...     dset.attrs["scale"] = np.float32(0.5)  # as another tool writes it
+    ...     load_attrs(dset)
+    {'meta': {'a': [1]}, 'scale': 0.5}
+    """
+    attrs = dset.attrs
+    try:
+        marked = {str(n) for n in np.atleast_1d(attrs[JSON_ATTRS]).tolist()}
+    except Exception:
+        marked = set()
+    out: dict[str, Any] = {}
+    for name in attrs:
+        if name == JSON_ATTRS:
+            continue
+        try:
+            value = attrs[name]
+        except Exception as err:
+            out[name] = f"<unreadable HDF5 attribute: {err}>"
+            continue
+        if isinstance(value, h5py.Empty):
+            value = None
+        elif name in marked and isinstance(value, (str, bytes)):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                pass
+        try:
+            out[name] = _jsonable(name, value)
+        except OocarrError:
+            out[name] = str(value)
+    return out
+
+
+def _jsonable(name: str, value: Any) -> Any:
+    return jsonable_attrs({name: value})[name]

@@ -1,0 +1,380 @@
+"""The HDF5 driver's process-wide shared file handles, their lock and their fork handling.
+
+One ``h5py.File`` is kept per process and file, shared by every store on
+that file and reference counted; it is opened on first use, never carried
+across ``fork``, and closed when the last store on it is released.  It is
+opened read-write while any store in the process writes to the file and
+read-only otherwise, so other processes can read a file once its writers
+are closed (HDF5 file locking forbids opening a file that another process
+has open for writing).
+
+Every use of a shared file or dataset happens inside :data:`LOCK`.  A store
+holds a :class:`Handle`; a class method that needs the file only for a
+moment uses :func:`borrowed`.  Before ``fork`` the lock is taken and files
+open for writing are flushed; the child gets a fresh lock and keeps the
+handles it inherited open but unused (:meth:`Handle.abandon`), since closing
+them could write the parent's state into its files.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import h5py
+
+from oocarr.errors import OocarrError, ReadOnlyError, StorageBusyError
+from oocarr.store import Locator, corrupt, require_exists
+
+__all__ = [
+    "CACHE_W0",
+    "FILES",
+    "LOCK",
+    "DriverLock",
+    "Handle",
+    "SharedFile",
+    "borrowed",
+    "ensure_file",
+]
+
+#: Evict fully read or written chunks first: a chunk cut by a page boundary outlives them.
+CACHE_W0 = 1.0
+
+
+class SharedFile:
+    """One open ``h5py.File``, its open datasets and the stores that use it, in one process.
+
+    Datasets are shared too: HDF5 keeps one chunk cache per open dataset,
+    sized by whoever opens it first, so a store that needs a larger cache
+    closes the shared handle and reopens it larger.
+    """
+
+    __slots__ = ("path", "file", "writable", "readers", "writers", "datasets")
+
+    def __init__(self, path: str, file: h5py.File, writable: bool) -> None:
+        self.path = path
+        self.file: h5py.File | None = file
+        self.writable = writable
+        self.readers = 0
+        self.writers = 0
+        self.datasets: dict[str, tuple[h5py.Dataset, int]] = {}
+
+    def dataset(self, name: str, cache: tuple[int, int] | None, locator: Locator) -> h5py.Dataset:
+        """The open dataset ``name`` with a chunk cache of at least ``cache`` (slots, bytes)."""
+        file = ensure_file(self, locator)
+        held = self.datasets.get(name)
+        if held is not None and held[0].id.valid and (cache is None or cache[1] <= held[1]):
+            return held[0]
+        self.forget(name)
+        try:
+            if cache is None:
+                dsid = h5py.h5d.open(file.id, name.encode("utf-8"))
+            else:
+                dapl = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
+                dapl.set_chunk_cache(cache[0], cache[1], CACHE_W0)
+                dsid = h5py.h5d.open(file.id, name.encode("utf-8"), dapl=dapl)
+        except (KeyError, OSError) as err:
+            raise corrupt(
+                locator,
+                f"its dataset {name} cannot be opened ({err}); it was deleted or moved "
+                "since it was opened",
+            ) from None
+        dset = h5py.Dataset(dsid)
+        self.datasets[name] = (dset, 0 if cache is None else cache[1])
+        return dset
+
+    def forget(self, name: str) -> None:
+        """Close the shared handle on dataset ``name`` (before it is moved, deleted or regrown)."""
+        held = self.datasets.pop(name, None)
+        if held is not None:
+            try:
+                held[0].id.close()
+            except Exception:
+                pass
+
+
+class DriverLock:
+    """The driver's re-entrant lock; releases deferred by garbage collection run when it is let go.
+
+    Every use of a shared file or dataset happens under it.  A handle
+    collected while a thread is inside the lock (or while another thread
+    holds it) must not close files under that thread's feet, nor wait, so
+    its release is queued and run by whoever leaves the lock last.
+    """
+
+    def __init__(self) -> None:
+        self.raw = threading.RLock()
+        self._owner: int | None = None
+        self._depth = 0
+
+    def __enter__(self) -> DriverLock:
+        self.raw.acquire()
+        self._owner = threading.get_ident()
+        self._depth += 1
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self._depth == 1:
+                while _DEFERRED:
+                    _release_ref(*_DEFERRED.popleft())
+        finally:
+            self._depth -= 1
+            if self._depth == 0:
+                self._owner = None
+            self.raw.release()
+
+    def held_here(self) -> bool:
+        """Whether the calling thread is inside the lock."""
+        return self._owner == threading.get_ident()
+
+    def reset(self) -> None:
+        """Forget every holder (in a child after ``fork``, where the holding threads are gone)."""
+        self.raw = threading.RLock()
+        self._owner = None
+        self._depth = 0
+
+    def try_enter(self) -> bool:
+        """Enter only if no thread, this one included, is inside; never wait."""
+        if self._owner == threading.get_ident() or not self.raw.acquire(blocking=False):
+            return False
+        self._owner = threading.get_ident()
+        self._depth += 1
+        return True
+
+
+_DEFERRED: collections.deque[tuple[int, str, bool, Locator]] = collections.deque()
+LOCK = DriverLock()
+FILES: dict[tuple[int, str], SharedFile] = {}
+# Handles inherited across fork: kept alive and never closed in the child,
+# where closing them could write the parent's state into its files.
+_INHERITED: list[Any] = []
+
+
+def _before_fork() -> None:
+    LOCK.raw.acquire()
+    pid = os.getpid()
+    for (owner, _), entry in FILES.items():
+        if owner == pid and entry.writable and entry.file is not None:
+            try:
+                entry.file.flush()
+            except Exception:
+                pass
+
+
+def _after_fork_in_parent() -> None:
+    LOCK.raw.release()
+
+
+def _after_fork_in_child() -> None:
+    LOCK.reset()
+    _DEFERRED.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(
+        before=_before_fork,
+        after_in_parent=_after_fork_in_parent,
+        after_in_child=_after_fork_in_child,
+    )
+
+
+def _open_file(path: str, mode: str, locator: Locator) -> h5py.File:
+    """``h5py.File(path, mode)`` with its failures turned into oocarr errors."""
+    url = locator.full_url
+    try:
+        return h5py.File(path, mode)
+    except FileNotFoundError:
+        require_exists(False, locator, "file")
+        raise
+    except OSError as err:
+        text = str(err)
+        writing = mode != "r"
+        if "lock" in text:
+            raise StorageBusyError(
+                f"cannot open {url}: another process has the file open"
+                f"{'' if writing else ' for writing'} (HDF5 file locking); close it there "
+                "first, or set HDF5_USE_FILE_LOCKING=FALSE if you are sure no one writes "
+                "to it concurrently",
+                url=url,
+            ) from None
+        if "already open for read-only" in text:
+            raise ReadOnlyError(
+                f"cannot open {url} for writing: the file is open read-only elsewhere in this "
+                "process (an h5py.File?); close that handle first",
+                url=url,
+            ) from None
+        if isinstance(err, PermissionError) or "ermission denied" in text:
+            raise ReadOnlyError(
+                f"cannot open {url}{' for writing' if writing else ''}: permission denied; "
+                "check the file's permissions" + (" or open it with mode='r'" if writing else ""),
+                url=url,
+            ) from None
+        raise corrupt(locator, f"h5py cannot open the file ({err})") from None
+
+
+def _close_quietly(file: h5py.File | None) -> None:
+    if file is None:
+        return
+    try:
+        file.close()
+    except Exception:
+        pass
+
+
+def _reopen(entry: SharedFile, writable: bool, locator: Locator) -> None:
+    """Reopen ``entry``'s file in another mode (HDF5 cannot hold one file in two modes)."""
+    was = entry.writable
+    entry.datasets.clear()
+    _close_quietly(entry.file)
+    entry.file = None
+    try:
+        entry.file = _open_file(entry.path, "r+" if writable else "r", locator)
+        entry.writable = writable
+    except OocarrError:
+        try:
+            entry.file = h5py.File(entry.path, "r+" if was else "r")
+        except Exception:
+            entry.file = None
+        raise
+
+
+def ensure_file(entry: SharedFile, locator: Locator) -> h5py.File:
+    """``entry``'s open file, reopened if it was closed meanwhile (call with ``LOCK`` held).
+
+    Examples
+    --------
+    >>> import h5py, numpy as np, tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "e.h5")
+    >>> with h5py.File(path, "w") as f:
+    ...     _ = f.create_dataset("x", data=np.arange(3))
+    >>> locator = Locator.make("hdf5", path, "/x")
+    >>> with borrowed(path, False, locator) as entry:
+    ...     entry.file.close()
+    ...     ensure_file(entry, locator)["x"][2]
+    np.int64(2)
+    """
+    if entry.file is None or not entry.file.id.valid:
+        _reopen(entry, entry.writers > 0, locator)
+    return entry.file
+
+
+def _acquire(path: str, writable: bool, locator: Locator, *, new: bool = False) -> SharedFile:
+    """Take a reference on this process's shared file at ``path`` (call with ``LOCK`` held)."""
+    key = (os.getpid(), path)
+    entry = FILES.get(key)
+    if entry is None:
+        mode = "w-" if new else ("r+" if writable else "r")
+        entry = SharedFile(path, _open_file(path, mode, locator), writable or new)
+        FILES[key] = entry
+    else:
+        ensure_file(entry, locator)
+        if writable and not entry.writable:
+            _reopen(entry, True, locator)
+    if writable:
+        entry.writers += 1
+    else:
+        entry.readers += 1
+    return entry
+
+
+def _release_ref(pid: int, path: str, writable: bool, locator: Locator) -> None:
+    """Drop one reference; close the file when unused, reopen it read-only when writers are gone."""
+    if pid != os.getpid():
+        return
+    with LOCK:
+        entry = FILES.get((pid, path))
+        if entry is None:
+            return
+        if writable:
+            entry.writers -= 1
+        else:
+            entry.readers -= 1
+        if entry.readers + entry.writers <= 0:
+            del FILES[(pid, path)]
+            entry.datasets.clear()
+            _close_quietly(entry.file)
+            entry.file = None
+        elif writable and entry.writers == 0 and entry.writable:
+            try:
+                _reopen(entry, False, locator)
+            except Exception:
+                pass
+
+
+def _release_collected(pid: int, path: str, writable: bool, locator: Locator) -> None:
+    """Finalizer of a garbage-collected handle: release now if that is safe, else queue it."""
+    if pid != os.getpid():
+        return
+    _DEFERRED.append((pid, path, writable, locator))
+    if LOCK.try_enter():
+        LOCK.__exit__(None, None, None)
+
+
+@contextmanager
+def borrowed(path: str, writable: bool, locator: Locator) -> Iterator[SharedFile]:
+    """The shared file at ``path`` for the duration of a block (holding ``LOCK``).
+
+    Examples
+    --------
+    >>> import h5py, numpy as np, tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "b.h5")
+    >>> with h5py.File(path, "w") as f:
+    ...     _ = f.create_dataset("x", data=np.arange(3))
+    >>> locator = Locator.make("hdf5", path, "/x")
+    >>> with borrowed(path, False, locator) as entry:
+    ...     entry.writable, entry.readers, entry.file["x"].shape
+    (False, 1, (3,))
+    >>> (os.getpid(), path) in FILES  # closed with its last reference
+    False
+    """
+    with LOCK:
+        entry = _acquire(path, writable, locator)
+        try:
+            yield entry
+        finally:
+            _release_ref(os.getpid(), path, writable, locator)
+
+
+class Handle:
+    """One store's reference to its shared file in one process (dropped when collected).
+
+    Examples
+    --------
+    >>> import h5py, numpy as np, tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "h.h5")
+    >>> with h5py.File(path, "w") as f:
+    ...     _ = f.create_dataset("x", data=np.arange(3))
+    >>> locator = Locator.make("hdf5", path, "/x")
+    >>> with LOCK:
+    ...     first, second = Handle(path, False, locator), Handle(path, True, locator)
+    ...     first.entry is second.entry, first.entry.writable
+    (True, True)
+    >>> with LOCK:
+    ...     second.close()
+    ...     first.entry.writable  # reopened read-only once its last writer is gone
+    False
+    >>> with LOCK:
+    ...     first.close()
+    """
+
+    def __init__(self, path: str, writable: bool, locator: Locator, *, new: bool = False):
+        self.pid = os.getpid()
+        self.entry = _acquire(path, writable, locator, new=new)
+        self._ref = (self.pid, path, writable or new, locator)
+        self._finalizer = weakref.finalize(self, _release_collected, *self._ref)
+
+    def close(self) -> None:
+        """Release the reference now (call with ``LOCK`` held)."""
+        if self._finalizer.detach() is not None:
+            _release_ref(*self._ref)
+
+    def abandon(self) -> None:
+        """Forget a handle inherited across fork without touching the parent's file."""
+        self._finalizer.detach()
+        _INHERITED.append(self)

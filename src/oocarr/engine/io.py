@@ -1,0 +1,180 @@
+"""The engine's I/O around a loop: operands read (and counted) by region, the next step's
+blocks read ahead in a background thread, finished tiles written behind in another."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from oocarr.store.blocked import BlockedArray
+from oocarr.store.buffers import BufferPool
+
+from .op import Region
+from .plan import INPUT_TILES
+from .stats import IOCounts
+
+__all__ = ["Operand", "WriteBehind", "prefetched", "stream_copy", "stream_read"]
+
+
+class Operand:
+    """One input of an op call as the engine reads it: stored or in memory.
+
+    A reader keeps its last block: consecutive steps that need the same
+    region (a row panel of ``A`` while a matmul walks ``B``, a broadcast
+    input) read it once.
+    """
+
+    def __init__(self, value: BlockedArray | np.ndarray, counts: IOCounts | None = None) -> None:
+        self.value = value
+        self.stored = isinstance(value, BlockedArray)
+        self.counts = counts
+        self._last: tuple[Region, np.ndarray] | None = None
+        # the planner counts INPUT_TILES blocks per stored input; the pool never holds more
+        # than were in use at once
+        self._buffers = BufferPool(keep=INPUT_TILES) if self.stored else None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.value.shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self.value.dtype)
+
+    def read(self, region: Region) -> np.ndarray:
+        if not self.stored:
+            return np.asarray(self.value[region]) if region else np.asarray(self.value)
+        if self._last is not None and self._last[0] == region:
+            return self._last[1]
+        block = self.value.read_view(region, self._buffers.empty)
+        if self.counts is not None:
+            self.counts.count_read(block.nbytes)
+        self._last = (region, block)
+        return block
+
+
+_END = object()
+
+
+def prefetched(items: Iterable[Any], read: Callable[[Any], Any]) -> Iterator[tuple[Any, Any]]:
+    """``(item, read(item))`` for each item, reading the next item in a background thread
+    while the caller works on the current one (inline when there is only one).
+
+    Examples
+    --------
+    >>> [(i, v) for i, v in prefetched(range(3), lambda i: i * 10)]
+    [(0, 0), (1, 10), (2, 20)]
+    """
+    items = iter(items)
+    current = next(items, _END)
+    if current is _END:
+        return
+    following = next(items, _END)
+    if following is _END:
+        yield current, read(current)
+        return
+    with ThreadPoolExecutor(1, thread_name_prefix="oocarr-read") as pool:
+        future: Future | None = pool.submit(read, current)
+        try:
+            while True:
+                value = future.result()
+                future = None if following is _END else pool.submit(read, following)
+                yield current, value
+                del value
+                if following is _END:
+                    return
+                current, following = following, next(items, _END)
+        finally:
+            if future is not None:
+                future.cancel()
+                with contextlib.suppress(BaseException):
+                    future.result()
+
+
+class WriteBehind:
+    """Runs ``write(target, *args)`` in a background thread, one call at a time: each call
+    waits for the previous one, so at most one finished tile waits to be written."""
+
+    def __init__(self, write: Callable[..., None], target: Any) -> None:
+        self._write = write
+        self._target = target
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: Future | None = None
+
+    def submit(self, *args: Any) -> None:
+        self.wait()
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="oocarr-write")
+        self._pending = self._pool.submit(self._write, self._target, *args)
+
+    def wait(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def __enter__(self) -> WriteBehind:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            if exc_type is None:
+                self.wait()
+            else:
+                with contextlib.suppress(BaseException):
+                    self.wait()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+
+
+def stream_read(
+    source: BlockedArray | np.ndarray, regions: Iterable[Region], counts: IOCounts | None = None
+) -> Iterator[tuple[Region, np.ndarray]]:
+    """``(region, block)`` for each region of ``source`` on the engine's loop: the next block
+    read ahead into a reused buffer while the caller works on this one, reads counted.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> [b.tolist() for _, b in stream_read(np.arange(5), [(slice(0, 2),), (slice(2, 5),)])]
+    [[0, 1], [2, 3, 4]]
+    """
+    reader = Operand(source, counts)
+    yield from prefetched(regions, reader.read)
+
+
+def stream_copy(
+    source: BlockedArray | np.ndarray,
+    target: BlockedArray,
+    regions: Iterable[Region],
+    counts: IOCounts | None = None,
+    advance: Callable[[int], Any] | None = None,
+) -> None:
+    """Copy each region of ``source`` into ``target`` on the engine's loop: the next region
+    read ahead, each block written behind (one write at a time, in order), I/O counted;
+    ``advance(nbytes)`` is called after each write.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarr
+    >>> target = oocarr.from_numpy(np.zeros(4), mode="r+").store
+    >>> stream_copy(np.arange(4.0), target, [(slice(0, 2),), (slice(2, 4),)])
+    >>> target[:]
+    array([0., 1., 2., 3.])
+    """
+
+    def write(_: Any, region: Region, block: np.ndarray) -> None:
+        target.write_region(region, block)
+        if counts is not None:
+            counts.count_written(block.nbytes)
+        if advance is not None:
+            advance(block.nbytes)
+
+    with WriteBehind(write, None) as writer:
+        for region, block in stream_read(source, regions, counts):
+            writer.submit(region, block)
+            del block

@@ -1,0 +1,444 @@
+"""The out-of-core engine: tiled forward and backward loops over ``BlockedArray``s.
+
+:class:`OOCAlgorithm` runs one op call: it plans tiles from the memory
+budget, reads the input regions each output tile needs, applies the op's
+jitted block function, folds partial results and writes each finished
+tile.  Inputs may be stored (a :class:`~oocarr.blocked.BlockedArray`) or in
+memory (a NumPy array, broadcast like any other input).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import numpy as np
+
+from oocarr.store import pages
+from oocarr.store.blocked import BlockedArray
+
+from .budget import memory_budget_bytes
+from .compile import block_functions, cached
+from .io import Operand, WriteBehind, prefetched
+from .op import BlockParallelOp, CustomOp, Plan, Region
+from .plan import INPUT_TILES, WRITE_BEHIND_TILES, Buffers, Projection, require, tile_budget
+from .stats import IOCounts, record
+from .tasks import BackwardPlan, BackwardTask, TilePlan, TileTask
+from .tiles import Nominal, StepGradient, TileFolder, crop_to, pad
+
+__all__ = ["OOCAlgorithm", "CustomRun"]
+
+
+class OOCAlgorithm:
+    """The tiled forward and backward loops of one op.
+
+    While a step computes, the next step's input blocks are read in a
+    background thread (prefetch), and a finished output tile is written in
+    another while the next tile computes (write-behind, one tile at a
+    time, so each output block has one writer).  The planner counts both
+    in the budget.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarr
+    >>> from oocarr.ops.reductions import Sum
+    >>> x = oocarr.from_numpy(np.arange(10.0)).store
+    >>> float(OOCAlgorithm(Sum((10,))).forward([Operand(x)]))
+    45.0
+    """
+
+    def __init__(self, op: BlockParallelOp | CustomOp, site: str | None = None) -> None:
+        self.op = op
+        self.site = site or op.name
+        self.counts = IOCounts(calls=1)
+        if not isinstance(op, CustomOp):
+            self._forward, self._accumulate = block_functions(op)
+
+    def _counted(self, operands: list[Operand]) -> list[Operand]:
+        return [Operand(o.value, self.counts) for o in operands]
+
+    def residency(self, operands: list[Operand]) -> int:
+        """Tile-sized buffers resident at once: the op's own, plus prefetch and write-behind.
+
+        Each stored input has two tiles besides the op's own: the one read
+        ahead, and the one XLA's CPU client has used without a copy and lets
+        go of in its own thread some time after the call returns.
+        """
+        prefetched = INPUT_TILES * sum(o.stored for o in operands)
+        return self.op.residency + prefetched + WRITE_BEHIND_TILES
+
+    def budget_elems(self, operands: list[Operand], itemsize: int, overhead: int = 0) -> int:
+        """Elements of one tile-sized buffer's share of the budget, scaled to the op's own
+        residency (what its ``plan`` divides by), after ``overhead`` bytes of the drivers'
+        read buffers; raises when one tile does not fit."""
+        budget = memory_budget_bytes()
+        total = self.residency(operands)
+        smallest = self._smallest(total, itemsize)
+        require(smallest, budget)
+        # A storage chunk larger than the whole budget still gets tiles of the smallest size.
+        usable = tile_budget(budget, least=smallest.nbytes, overhead=overhead)
+        if self.op.whole_budget:
+            return usable // itemsize
+        return usable // itemsize * self.op.residency // total
+
+    def _smallest(self, total: int, itemsize: int) -> Projection:
+        """The projection of this call with tiles of the op's smallest size."""
+        tile = self.op.min_tile_elems() * itemsize
+        return Projection(
+            self.op.name,
+            (
+                Buffers("op tiles", self.op.residency, tile),
+                Buffers(
+                    "input tiles read ahead or held by XLA",
+                    total - self.op.residency - WRITE_BEHIND_TILES,
+                    tile,
+                ),
+                Buffers("tile written behind", WRITE_BEHIND_TILES, tile),
+            ),
+        )
+
+    def _read_overhead(self, operands: list[Operand], plan: Plan) -> int:
+        """Bytes the drivers' reads of one step's blocks hold besides the blocks."""
+        shapes = Nominal(self.op, plan).in_shapes
+        return sum(o.value.read_overhead(s) for o, s in zip(operands, shapes) if o.stored)
+
+    def projection(self, operands: list[Operand], plan: Plan, itemsize: int) -> Projection:
+        """What this call holds at once with ``plan``'s tiles, itemised (see
+        :meth:`~oocarr.engine.op.BlockParallelOp.buffers`)."""
+        nominal = Nominal(self.op, plan)
+        stored = [o.stored for o in operands]
+        items = self.op.buffers(nominal.out_shape, nominal.in_shapes or [()], stored)
+        decoding = Buffers(
+            "drivers' read buffers (encoded and decoding chunks)",
+            1,
+            self._read_overhead(operands, plan),
+        )
+        return Projection(
+            self.op.name,
+            (*(Buffers(what, n, e * itemsize) for what, n, e in items), decoding),
+        )
+
+    def plan(self, operands: list[Operand], itemsize: int, share: int = 1) -> Plan:
+        """Tiles for this call, from the budget (``1 / share`` of it), the residency, the
+        drivers' read buffers and the inputs' chunks."""
+        chunks = next(
+            (o.value.chunks for o in operands if o.stored and o.value.chunks is not None), None
+        )
+        plan = self.op.plan(self.budget_elems(operands, itemsize) // share, chunks)
+        overhead = self._read_overhead(operands, plan)
+        if overhead:
+            plan = self.op.plan(self.budget_elems(operands, itemsize, overhead) // share, chunks)
+        return plan
+
+    def forward(
+        self, operands: list[Operand], out: BlockedArray | np.ndarray | None = None
+    ) -> np.ndarray | None:
+        """Compute the output into ``out`` (a store or an array); 0-d outputs are returned."""
+        operands = self._counted(operands)
+        itemsize = max([o.value.dtype.itemsize for o in operands] + [4])
+        try:
+            if isinstance(self.op, CustomOp):
+                run = CustomRun(self, operands, itemsize)
+                return run.forward(out)
+            plan = self.plan(operands, itemsize)
+            self.counts.project(self.projection(operands, plan, itemsize).nbytes)
+            return self._forward_loop(operands, plan, out)
+        finally:
+            record(self.site, self.counts)
+
+    def _steps(self, plan: Plan) -> Iterator[tuple[Region, bool, tuple[Region, ...]]]:
+        """Every step in order: its output tile, whether it ends the tile, its input regions."""
+        for region in self.op.out_regions(plan):
+            previous = None
+            for in_regions in self.op.index_map(region, plan):
+                if previous is not None:
+                    yield region, False, previous
+                previous = in_regions
+            if previous is not None:
+                yield region, True, previous
+
+    def _forward_loop(self, operands: list[Operand], plan: Plan, out: Any) -> np.ndarray | None:
+        folder = TileFolder(self.op, plan, [o.value.dtype for o in operands])
+
+        def read(step):
+            return [o.read(r) for o, r in zip(operands, step[2])]
+
+        acc = None
+        with WriteBehind(self._write_tile, out) as writer:
+            for (region, last, _), blocks in prefetched(self._steps(plan), read):
+                acc = folder.fold(acc, blocks)
+                del blocks
+                if not last:
+                    continue
+                self.counts.tiles += 1
+                tile = folder.finish(acc, region)
+                acc = None
+                if out is None:
+                    return tile
+                writer.submit(region, tile)
+        return out if isinstance(out, np.ndarray) else None
+
+    def tasks(self, operands: list[Operand]) -> TilePlan:
+        """This call's forward pass as independent tile tasks (see :mod:`oocarr.engine.tasks`),
+        planned as :meth:`forward` plans it: running them and writing each result at its
+        region, in order, gives the bytes :meth:`forward` writes."""
+        itemsize = max([o.value.dtype.itemsize for o in operands] + [4])
+        plan = self.plan(operands, itemsize)
+        inputs = tuple(o.value.locator if o.stored else np.asarray(o.value) for o in operands)
+        dtypes = tuple(np.dtype(o.value.dtype) for o in operands)
+        tasks = tuple(
+            TileTask(self.op, inputs, dtypes, region, tuple(self.op.index_map(region, plan)), plan)
+            for region in self.op.out_regions(plan)
+        )
+        return TilePlan(tasks, self.op.output_shape)
+
+    def _write_tile(self, out: Any, region: Region, tile: np.ndarray) -> None:
+        if isinstance(out, np.ndarray):
+            out[region] = tile
+            return
+        value = tile.astype(out.dtype, copy=False)
+        out.write_region(region, value)
+        self.counts.count_written(value.nbytes)
+
+    def backward(
+        self,
+        operands: list[Operand],
+        g: Operand | np.ndarray,
+        targets: list[Any],
+        out: Operand | None = None,
+    ) -> None:
+        """Accumulate each input's gradient into its target (``None``: not needed).
+
+        A target is a writable ``BlockedArray`` or an in-memory NumPy array of
+        the input's shape; contributions are added to what it holds.  Ops that
+        declare ``needs_output`` also get the forward output's tile (``out``).
+        """
+        operands = self._counted(operands)
+        itemsize = max([o.value.dtype.itemsize for o in operands] + [4])
+        g = g if isinstance(g, Operand) else Operand(np.asarray(g))
+        g_operand = Operand(g.value, self.counts)
+        out = None if out is None else Operand(out.value, self.counts)
+        try:
+            if isinstance(self.op, CustomOp):
+                run = CustomRun(self, operands, itemsize, g_operand, out, targets)
+                run.backward()
+                return
+            wanted = tuple(
+                i < len(targets) and targets[i] is not None for i in range(len(operands))
+            )
+            # A whole-budget op planned its tiles for the forward pass; gradient panels written
+            # to storage need as much room again as the input panels.
+            share = (
+                2
+                if self.op.whole_budget and any(w and o.stored for w, o in zip(wanted, operands))
+                else 1
+            )
+            plan = self.plan([*operands, g_operand], itemsize, share)
+            self.counts.project(self.projection([*operands, g_operand], plan, itemsize).nbytes)
+            self._backward_loop(operands, g_operand, targets, out, plan, wanted)
+        finally:
+            record(self.site + " (backward)", self.counts)
+
+    def _backward_loop(self, operands, g_operand, targets, out, plan, wanted) -> None:
+        extra = [] if out is None else [out]
+        readers = [g_operand, *extra]
+        gradient = StepGradient(
+            self.op,
+            plan,
+            wanted,
+            [o.value.dtype for o in operands],
+            [o.value.dtype for o in readers],
+            [len(o.shape) for o in readers],
+        )
+        targets = [t for t, w in zip(targets, wanted) if w]
+
+        def read(step):
+            region = step[0]
+            tiles = [o.read(region if o.shape else ()) for o in readers]
+            return tiles, [o.read(r) for o, r in zip(operands, step[2])]
+
+        def accumulate(_, step, grads):
+            regions = [r for r, w in zip(step[2], wanted) if w]
+            for target, r, grad in zip(targets, regions, grads):
+                _accumulate(target, r, grad, self.counts)
+
+        with WriteBehind(accumulate, None) as writer:
+            for step, (tiles, raw) in prefetched(self._steps(plan), read):
+                if step[1]:
+                    self.counts.tiles += 1
+                grads = gradient(tiles, raw)
+                writer.submit(step, grads)
+                del tiles, raw, grads
+
+    def backward_tasks(
+        self,
+        operands: list[Operand],
+        g: Operand,
+        wanted: tuple[bool, ...],
+        out: Operand | None = None,
+    ) -> BackwardPlan:
+        """This call's backward pass as independent step tasks (see :mod:`oocarr.engine.tasks`),
+        planned as :meth:`backward` plans it: adding each task's gradients into the targets,
+        in task order, gives the bytes :meth:`backward` writes."""
+        itemsize = max([o.value.dtype.itemsize for o in operands] + [4])
+        share = (
+            2
+            if self.op.whole_budget and any(w and o.stored for w, o in zip(wanted, operands))
+            else 1
+        )
+        plan = self.plan([*operands, g], itemsize, share)
+
+        def ref(o: Operand) -> Any:
+            return o.value.locator if o.stored else np.asarray(o.value)
+
+        readers = [g, *([] if out is None else [out])]
+        tasks = tuple(
+            BackwardTask(
+                self.op,
+                tuple(ref(o) for o in operands),
+                tuple(np.dtype(o.value.dtype) for o in operands),
+                tuple(ref(o) for o in readers),
+                tuple(np.dtype(o.value.dtype) for o in readers),
+                tuple(len(o.shape) for o in readers),
+                region,
+                in_regions,
+                wanted,
+                plan,
+            )
+            for region, _, in_regions in self._steps(plan)
+        )
+        return BackwardPlan(tasks, wanted)
+
+
+class CustomRun:
+    """What a :class:`~oocarr.ops.base.CustomOp` drives its loops with, for one call.
+
+    Attributes
+    ----------
+    inputs : list of Operand
+        The inputs; ``inputs[i].read(region)`` reads a block (the last block
+        of each input is kept, so reading the same region again is free).
+    g, out : Operand or None
+        In :meth:`~oocarr.ops.base.CustomOp.backward`: the output's
+        cotangent, and the forward output when the op ``needs_output``.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarr
+    >>> from oocarr.ops.softmax import Softmax
+    >>> x = oocarr.from_numpy(np.zeros((2, 4), "f4")).store
+    >>> out = np.empty((2, 4), "f4")
+    >>> OOCAlgorithm(Softmax((2, 4))).forward([Operand(x)], out)[0]
+    array([0.25, 0.25, 0.25, 0.25], dtype=float32)
+    """
+
+    def __init__(
+        self,
+        algo: OOCAlgorithm,
+        inputs: list[Operand],
+        itemsize: int,
+        g: Operand | None = None,
+        out: Operand | None = None,
+        targets: list[Any] | None = None,
+    ) -> None:
+        self._algo = algo
+        self.op = algo.op
+        self.inputs = inputs
+        self.itemsize = itemsize
+        self.g = g
+        self.out = out
+        self._targets = targets or []
+        self._writer: WriteBehind | None = None
+
+    # -- planning ---------------------------------------------------------
+    def tile_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """A tile of an array of ``shape``: whole chunks of the first chunked input where they
+        fit, grown last axis first to one buffer's share of the budget."""
+        readers = [*self.inputs, *(o for o in (self.g, self.out) if o is not None)]
+        elems = self._algo.budget_elems(readers, self.itemsize) // self.op.residency
+        chunks = next(
+            (o.value.chunks for o in self.inputs if o.stored and o.value.chunks is not None), None
+        )
+        if chunks is not None and len(chunks) == len(shape):
+            tile = pages.grow_block(shape, 1, elems, base=chunks)
+            if math.prod(tile) <= elems:
+                return tile
+        return pages.grow_block(shape, 1, max(1, elems))
+
+    @staticmethod
+    def regions(shape: tuple[int, ...], tile: tuple[int, ...]) -> Iterator[Region]:
+        """The regions of ``shape`` cut in ``tile``s, in C order."""
+        grid = pages.grid_shape(shape, tile)
+        for index in np.ndindex(*grid) if grid else [()]:
+            yield pages.block_region(index, tile, shape)
+
+    # -- streaming ----------------------------------------------------------
+    def stream(
+        self, regions: Iterable[Region], operands: list[Operand]
+    ) -> Iterator[tuple[Region, list[np.ndarray]]]:
+        """``(region, [operand blocks])`` per region, the next region's blocks read in the
+        background while the caller computes."""
+        return prefetched(regions, lambda r: [o.read(r) for o in operands])
+
+    def jit(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``jax.jit(fn)``, compiled once per op and parameters (keyed by ``fn``'s name)."""
+        return cached((self.op.block_key, fn.__name__), fn)
+
+    @staticmethod
+    def pad(block: np.ndarray, shape: tuple[int, ...], value: float = 0.0) -> np.ndarray:
+        """``block`` padded with ``value`` to ``shape`` (so edge tiles reuse one compilation)."""
+        return pad(block, tuple(shape), "constant", value)
+
+    @staticmethod
+    def crop(array: Any, region: Region) -> np.ndarray:
+        """``array`` cut back to the shape of ``region``."""
+        return crop_to(np.asarray(array), tuple(r.stop - r.start for r in region))
+
+    # -- output -----------------------------------------------------------
+    def write(self, region: Region, tile: np.ndarray) -> None:
+        """Write one finished output tile (behind, while the next computes)."""
+        self._algo.counts.tiles += 1
+        self._writer.submit(region, np.asarray(tile))
+
+    def wants_grad(self, i: int) -> bool:
+        """Whether input ``i``'s gradient is needed."""
+        return i < len(self._targets) and self._targets[i] is not None
+
+    def accumulate(self, i: int, region: Region, grad: np.ndarray) -> None:
+        """Add ``grad`` to input ``i``'s gradient over ``region`` (behind, in order)."""
+        if self.wants_grad(i):
+            self._algo.counts.tiles += 1
+            self._writer.submit(i, region, np.asarray(grad))
+
+    def _add_grad(self, _: Any, i: int, region: Region, grad: np.ndarray) -> None:
+        _accumulate(self._targets[i], region, grad, self._algo.counts)
+
+    def forward(self, out: BlockedArray | np.ndarray | None) -> np.ndarray | None:
+        """Run the op's forward loops, writing into ``out`` (a new array when ``None``)."""
+        target = np.empty(self.op.output_shape, np.float64) if out is None else out
+        with WriteBehind(self._algo._write_tile, target) as self._writer:
+            self.op.forward(self)
+        self._writer = None
+        if out is None:
+            return target
+        return out if isinstance(out, np.ndarray) else None
+
+    def backward(self) -> None:
+        """Run the op's backward loops, adding into the gradient targets."""
+        with WriteBehind(self._add_grad, None) as self._writer:
+            self.op.backward(self)
+        self._writer = None
+
+
+def _accumulate(target: Any, region: Region, grad: np.ndarray, counts: IOCounts) -> None:
+    if isinstance(target, BlockedArray):
+        current = target.read_region(region)
+        counts.count_read(current.nbytes)
+        target.write_region(
+            region, (current + grad.reshape(current.shape)).astype(target.dtype, copy=False)
+        )
+        counts.count_written(current.nbytes)
+    else:
+        view = target[region] if region else target
+        view += grad.reshape(view.shape).astype(target.dtype, copy=False)

@@ -1,0 +1,190 @@
+"""The task seam: an op call planned as independent tile tasks, runnable in any process.
+
+A :class:`TilePlan` is a list of :class:`TileTask` and a fixed combine
+order: each task's tile is written at its region, in task order.  A task
+holds only locators, regions, the op (its class, input shapes and
+parameters) and in-memory inputs' values: it pickles, holds no open file
+handle, and :meth:`TileTask.run` reopens its inputs by locator in whatever
+process runs it.  Every executor computes a tile with the same
+:class:`~oocarr.engine.tiles.TileFolder`, so a plan gives the same bytes
+whichever runs it; the engine's local loop (:class:`~oocarr.engine.run.
+OOCAlgorithm`) is the local executor, reading the next task's blocks ahead
+and writing finished tiles behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from oocarr.store.locator import Locator
+from oocarr.store.registry import get_driver
+
+from .io import Operand
+from .op import BlockParallelOp, Plan, Region
+from .tiles import StepGradient, TileFolder
+
+__all__ = ["BackwardPlan", "BackwardTask", "TilePlan", "TileTask"]
+
+
+@dataclass(frozen=True, eq=False)
+class TileTask:
+    """One output tile of one op call.
+
+    Attributes
+    ----------
+    op : BlockParallelOp
+        The op (class, input shapes and parameters).
+    inputs : tuple
+        A :class:`~oocarr.store.locator.Locator` per stored input, the array
+        itself per in-memory input.
+    dtypes : tuple of numpy.dtype
+        The inputs' dtypes (the block functions are compiled for them).
+    region : tuple of slice
+        The output tile.
+    steps : tuple
+        The input regions of each step, in fold order.
+    plan : Plan
+        The call's tile plan (edge tiles are padded to its nominal shapes).
+    """
+
+    op: BlockParallelOp
+    inputs: tuple[Locator | np.ndarray, ...]
+    dtypes: tuple[np.dtype, ...]
+    region: Region
+    steps: tuple[tuple[Region, ...], ...]
+    plan: Plan
+
+    def run(self) -> np.ndarray:
+        """Compute this tile: open the stored inputs by locator, fold every step, finish.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarr, pickle
+        >>> from oocarr.engine import OOCAlgorithm, Operand
+        >>> from oocarr.ops.reductions import Sum
+        >>> x = oocarr.from_numpy(np.arange(6.0, dtype="f4"))
+        >>> (task,) = OOCAlgorithm(Sum((6,))).tasks([Operand(x.store)]).tasks
+        >>> float(pickle.loads(pickle.dumps(task)).run())
+        15.0
+        """
+        stores = [
+            get_driver(i.driver).open(i, "r") if isinstance(i, Locator) else None
+            for i in self.inputs
+        ]
+        try:
+            operands = [Operand(s if s is not None else i) for s, i in zip(stores, self.inputs)]
+            folder = TileFolder(self.op, self.plan, self.dtypes)
+            acc = None
+            for regions in self.steps:
+                acc = folder.fold(acc, [o.read(r) for o, r in zip(operands, regions)])
+            return folder.finish(acc, self.region)
+        finally:
+            for store in stores:
+                if store is not None:
+                    store.close()
+
+
+def _open_all(refs: tuple[Locator | np.ndarray, ...]) -> list[Any]:
+    return [get_driver(r.driver).open(r, "r") if isinstance(r, Locator) else r for r in refs]
+
+
+def _close_all(values: list[Any], refs: tuple[Locator | np.ndarray, ...]) -> None:
+    for value, ref in zip(values, refs):
+        if isinstance(ref, Locator):
+            value.close()
+
+
+@dataclass(frozen=True, eq=False)
+class BackwardTask:
+    """One step of one op call's backward pass: the wanted inputs' gradient contributions
+    over the step's input regions.
+
+    ``tiles`` are the output tile's cotangent (and the forward output when the
+    op ``needs_output``), by locator or value like ``inputs``.
+    """
+
+    op: BlockParallelOp
+    inputs: tuple[Locator | np.ndarray, ...]
+    dtypes: tuple[np.dtype, ...]
+    tiles: tuple[Locator | np.ndarray, ...]
+    tile_dtypes: tuple[np.dtype, ...]
+    tile_ndims: tuple[int, ...]
+    region: Region
+    in_regions: tuple[Region, ...]
+    wanted: tuple[bool, ...]
+    plan: Plan
+
+    def run(self) -> list[tuple[int, Region, np.ndarray]]:
+        """``(input index, region, gradient)`` of each wanted input, in input order."""
+        inputs, tiles = _open_all(self.inputs), _open_all(self.tiles)
+        try:
+            blocks = [Operand(v).read(r) for v, r in zip(inputs, self.in_regions)]
+            tile_blocks = [
+                Operand(v).read(self.region if n else ()) for v, n in zip(tiles, self.tile_ndims)
+            ]
+            gradient = StepGradient(
+                self.op, self.plan, self.wanted, self.dtypes, self.tile_dtypes, self.tile_ndims
+            )
+            grads = gradient(tile_blocks, blocks)
+        finally:
+            _close_all(inputs, self.inputs)
+            _close_all(tiles, self.tiles)
+        wanted = [i for i, w in enumerate(self.wanted) if w]
+        return [(i, self.in_regions[i], g) for i, g in zip(wanted, grads)]
+
+
+@dataclass(frozen=True, eq=False)
+class BackwardPlan:
+    """Every step task of one op call's backward pass; results combine by adding each
+    gradient into its input's target, in task order."""
+
+    tasks: tuple[BackwardTask, ...]
+    wanted: tuple[bool, ...]
+
+    def __iter__(self) -> Iterator[BackwardTask]:
+        return iter(self.tasks)
+
+    def combine(self, results: Iterator[list], targets: list[np.ndarray | None]) -> None:
+        """Add every task's gradients (given in task order) into ``targets`` (in-memory
+        arrays of the inputs' shapes; ``None`` where no gradient is wanted)."""
+        for result in results:
+            for i, region, grad in result:
+                view = targets[i][region] if region else targets[i]
+                view += grad.reshape(view.shape).astype(targets[i].dtype, copy=False)
+
+
+@dataclass(frozen=True, eq=False)
+class TilePlan:
+    """Every tile task of one op call, and how their results combine: each task's tile is
+    written at its region of an output of ``shape``, in task order."""
+
+    tasks: tuple[TileTask, ...]
+    shape: tuple[int, ...]
+
+    def __iter__(self) -> Iterator[TileTask]:
+        return iter(self.tasks)
+
+    def combine(self, tiles: Iterator[np.ndarray], dtype: np.dtype) -> np.ndarray:
+        """The whole (in-memory) output from the tasks' tiles, given in task order.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarr
+        >>> from oocarr.engine import OOCAlgorithm, Operand
+        >>> from oocarr.ops.elementwise import UNARY
+        >>> x = oocarr.from_numpy(np.arange(4.0, dtype="f4"))
+        >>> plan = OOCAlgorithm(UNARY["square"]((4,))).tasks([Operand(x.store)])
+        >>> plan.combine((t.run() for t in plan), np.dtype("f4"))
+        array([0., 1., 4., 9.], dtype=float32)
+        """
+        out = np.empty(self.shape, dtype)
+        for task, tile in zip(self.tasks, tiles):
+            if task.region:
+                out[task.region] = tile
+            else:
+                out[...] = tile
+        return out

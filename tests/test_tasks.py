@@ -1,0 +1,131 @@
+"""The task seam: an op call's tile tasks pickle, run in a fresh process (reopening their
+inputs by locator) and give the bytes the local engine writes."""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import oocarr
+from oocarr.engine import OOCAlgorithm, Operand
+from oocarr.ops.elementwise import BINARY
+from oocarr.ops.matmul import Matmul
+from oocarr.ops.reductions import Sum
+
+RUN_TASKS = textwrap.dedent(
+    """
+    import pickle, sys
+    import numpy as np
+    import oocarr
+
+    with open(sys.argv[1], "rb") as f:
+        plan, dtype = pickle.load(f)
+    out = plan.combine((task.run() for task in plan), dtype)
+    np.save(sys.argv[2], out)
+    """
+)
+
+
+def _cases(tmp_path, fmt):
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((300, 70)).astype("f4")
+    b = rng.standard_normal((70, 90)).astype("f4")
+    w = rng.standard_normal((70,)).astype("f4")
+    if fmt == "npy":
+        x, y = oocarr.save(a, str(tmp_path / "a.npy")), oocarr.save(b, str(tmp_path / "b.npy"))
+    elif fmt == "h5":
+        x = oocarr.save(a, str(tmp_path / "d.h5") + "#/a", chunks=(64, 32))
+        y = oocarr.save(b, str(tmp_path / "e.h5") + "#/b", chunks=(32, 32))
+    else:
+        x = oocarr.save(a, str(tmp_path / "a.zarr"), chunks=(64, 32), compression="zstd")
+        y = oocarr.save(b, str(tmp_path / "b.zarr"), chunks=(32, 32))
+    return [
+        (Sum((300, 70), axis=0), [x.store], a.sum(axis=0)),
+        (Matmul((300, 70), (70, 90)), [x.store, y.store], a @ b),
+        (BINARY["multiply"]((300, 70), (70,)), [x.store, w], a * w),
+    ]
+
+
+@pytest.mark.parametrize("fmt", ["npy", "h5", "zarr"])
+def test_tasks_run_in_a_fresh_process_give_the_local_bytes(tmp_path, fmt):
+    for i, (op, inputs, expected) in enumerate(_cases(tmp_path, fmt)):
+        operands = [Operand(v) for v in inputs]
+        dtype = np.dtype("f4")
+        with oocarr.memory_budget(64 * 1024):  # several tiles, several steps per tile
+            local = np.empty(op.output_shape, dtype)
+            OOCAlgorithm(op).forward(operands, local)
+            plan = OOCAlgorithm(op).tasks(operands)
+        assert len(plan.tasks) > 1 or len(plan.tasks[0].steps) > 1, op.name
+        np.testing.assert_allclose(local, expected, rtol=2e-5, atol=2e-5)  # NumPy, the oracle
+        pickled = tmp_path / f"plan{i}.pkl"
+        pickled.write_bytes(pickle.dumps((plan, dtype)))
+        result = tmp_path / f"out{i}.npy"
+        subprocess.run(
+            [sys.executable, "-c", RUN_TASKS, str(pickled), str(result)],
+            check=True,
+            capture_output=True,
+        )
+        remote = np.load(result)
+        assert remote.tobytes() == local.tobytes(), f"{op.name} on {fmt}: bytes differ"
+
+
+def test_a_task_holds_no_open_handle(tmp_path):
+    x = oocarr.save(np.ones((40, 8), "f4"), str(tmp_path / "x.h5") + "#/x", chunks=(8, 8))
+    with oocarr.memory_budget(4096):
+        plan = OOCAlgorithm(Sum((40, 8), axis=1)).tasks([Operand(x.store)])
+    for task in plan:
+        (locator,) = task.inputs
+        assert isinstance(locator, oocarr.Locator) and locator == x.locator
+    assert np.array_equal(plan.combine((t.run() for t in plan), np.dtype("f4")), np.full(40, 8.0))
+
+
+RUN_BACKWARD = textwrap.dedent(
+    """
+    import pickle, sys
+    import numpy as np
+    import oocarr
+
+    with open(sys.argv[1], "rb") as f:
+        plan, shapes = pickle.load(f)
+    targets = [None if s is None else np.zeros(s, "f4") for s in shapes]
+    plan.combine((task.run() for task in plan), targets)
+    np.savez(sys.argv[2], *[t for t in targets if t is not None])
+    """
+)
+
+
+@pytest.mark.parametrize("fmt", ["npy", "h5"])
+def test_backward_tasks_run_in_a_fresh_process_give_the_local_bytes(tmp_path, fmt):
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((120, 50)).astype("f4")
+    b = rng.standard_normal((50, 40)).astype("f4")
+    g = rng.standard_normal((120, 40)).astype("f4")
+    if fmt == "npy":
+        x, y = oocarr.save(a, str(tmp_path / "a.npy")), oocarr.save(b, str(tmp_path / "b.npy"))
+    else:
+        x = oocarr.save(a, str(tmp_path / "d.h5") + "#/a", chunks=(32, 16))
+        y = oocarr.save(b, str(tmp_path / "d2.h5") + "#/b", chunks=(16, 16))
+    op = Matmul(a.shape, b.shape)
+    operands = [Operand(x.store), Operand(y.store)]
+    local = [np.zeros(a.shape, "f4"), np.zeros(b.shape, "f4")]
+    with oocarr.memory_budget(16 * 1024):
+        OOCAlgorithm(op).backward(operands, g, local)
+        plan = OOCAlgorithm(op).backward_tasks(operands, Operand(g), (True, True))
+    assert len(plan.tasks) > 1
+    np.testing.assert_allclose(local[0], g @ b.T, rtol=1e-4, atol=1e-4)  # NumPy, the oracle
+    np.testing.assert_allclose(local[1], a.T @ g, rtol=1e-4, atol=1e-4)
+    pickled, result = tmp_path / "plan.pkl", tmp_path / "grads.npz"
+    pickled.write_bytes(pickle.dumps((plan, [a.shape, b.shape])))
+    subprocess.run(
+        [sys.executable, "-c", RUN_BACKWARD, str(pickled), str(result)],
+        check=True,
+        capture_output=True,
+    )
+    with np.load(result) as remote:
+        assert remote["arr_0"].tobytes() == local[0].tobytes()
+        assert remote["arr_1"].tobytes() == local[1].tobytes()

@@ -3,7 +3,7 @@
 :class:`OOCAlgorithm` runs one op call: it plans tiles from the memory
 budget, reads the input regions each output tile needs, applies the op's
 jitted block function, folds partial results and writes each finished
-tile.  Inputs may be stored (a :class:`~oocarr.blocked.BlockedArray`) or in
+tile.  Inputs may be stored (a :class:`~oocarr.store.blocked.BlockedArray`) or in
 memory (a NumPy array, broadcast like any other input).
 """
 
@@ -312,7 +312,7 @@ class OOCAlgorithm:
 
 
 class CustomRun:
-    """What a :class:`~oocarr.ops.base.CustomOp` drives its loops with, for one call.
+    """What a :class:`~oocarr.engine.op.CustomOp` drives its loops with, for one call.
 
     Attributes
     ----------
@@ -320,7 +320,7 @@ class CustomRun:
         The inputs; ``inputs[i].read(region)`` reads a block (the last block
         of each input is kept, so reading the same region again is free).
     g, out : Operand or None
-        In :meth:`~oocarr.ops.base.CustomOp.backward`: the output's
+        In :meth:`~oocarr.engine.op.CustomOp.backward`: the output's
         cotangent, and the forward output when the op ``needs_output``.
 
     Examples

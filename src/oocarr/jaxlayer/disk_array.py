@@ -282,7 +282,7 @@ class DiskArray:
 
     @property
     def store(self) -> BlockedArray:
-        """The :class:`~oocarr.blocked.BlockedArray` holding the data."""
+        """The :class:`~oocarr.store.blocked.BlockedArray` holding the data."""
         self._wait()
         if self._store is None:
             self._store = registry.get_driver(self._locator.driver).open(self._locator, "r")

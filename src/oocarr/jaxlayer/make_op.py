@@ -273,7 +273,7 @@ def make_op(
     op_class : type
         A :class:`~oocarr.engine.op.BlockParallelOp` subclass (block math only), or a
         :class:`~oocarr.engine.op.CustomOp` subclass (its own loops over a
-        :class:`~oocarr.engine.CustomRun`).
+        :class:`~oocarr.engine.run.CustomRun`).
     doc : str, optional
         The returned function's docstring.
 

@@ -1,4 +1,4 @@
-"""Softmax over an axis: a :class:`~oocarr.ops.base.CustomOp`, since each output needs its whole
+"""Softmax over an axis: a :class:`~oocarr.engine.op.CustomOp`, since each output needs its whole
 row's statistics.
 
 Rows are walked in panels (a tile's extent on every other axis).  For each

@@ -124,7 +124,7 @@ class BlockedArray(abc.ABC):
     Drivers subclass this and implement the abstract methods; everything
     else is derived here.  Obtain instances with :func:`oocarr.open` and
     :func:`oocarr.create` (or a driver's :meth:`open` / :meth:`create` with
-    a :class:`~oocarr.locator.Locator`).
+    a :class:`~oocarr.store.locator.Locator`).
 
     Examples
     --------
@@ -384,7 +384,7 @@ class BlockedArray(abc.ABC):
         --------
         >>> import tempfile, os, oocarr
         >>> from oocarr.store.registry import get_driver
-        >>> from oocarr.locator import Locator
+        >>> from oocarr.store.locator import Locator
         >>> loc = Locator.make("memmap", os.path.join(tempfile.mkdtemp(), "a.npy"))
         >>> with get_driver("memmap").create(loc, (2,), "int8") as store:
         ...     store[:] = [1, 2]
@@ -685,7 +685,7 @@ class BlockedArray(abc.ABC):
         Drivers that can hand out the stored bytes without a copy (a mapping of
         the region of a ``.npy`` file) do; the others read a copy, into
         ``empty(shape, dtype)`` when given (a C-contiguous buffer, such as
-        :meth:`oocarr.buffers.BufferPool.empty`'s).  A view shows later writes
+        :meth:`oocarr.store.buffers.BufferPool.empty`'s).  A view shows later writes
         to the same bytes, so it is for reading storage that nothing writes
         meanwhile (the engine's inputs: updates replace storage whole).  What a
         view maps is released when the array is collected.

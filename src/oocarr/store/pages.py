@@ -66,6 +66,8 @@ def grow_block(
     (1000, 200)
     >>> grow_block((1000, 512), 4, 280_000, base=(100, 100), first_axis_first=True)
     (500, 100)
+    >>> grow_block((2048, 8192), 4, 30 * 2**20, base=(1024, 1024), first_axis_first=True)
+    (2048, 2048)
     >>> grow_block((), 8, 1024)
     ()
     """
@@ -82,13 +84,23 @@ def grow_block(
             block[axis] = full
             continue
         multiples = max(1, budget // (rest * unit))
-        if first_axis_first:  # as many blocks along the axis, all of one size: no edge padding
+        if first_axis_first:  # blocks along the axis all of one size: no edge padding
             units = -(-full // unit)
-            parts = -(-units // multiples)
-            multiples = -(-units // parts)
+            even = _largest_divisor(units, multiples)
+            if 2 * even >= multiples:  # a side that divides the axis, at most halving the block
+                multiples = even
+            else:  # as many blocks, of as equal sizes as whole units allow
+                parts = -(-units // multiples)
+                multiples = -(-units // parts)
         block[axis] = min(full, unit * multiples)
         break
     return tuple(block)
+
+
+def _largest_divisor(n: int, most: int) -> int:
+    """The largest divisor of ``n`` that is at most ``most`` (1 at least)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return max(d for d in (*small, *(n // d for d in small)) if d <= max(1, most))
 
 
 def grid_shape(shape: Sequence[int], block: Sequence[int]) -> tuple[int, ...]:

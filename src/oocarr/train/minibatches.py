@@ -12,7 +12,7 @@ longer than a read never waits for data.
 
 Memory: the shuffle buffer, the prefetched batches, the batch the loop
 holds, the one being assembled and one block of driver cache are all sized
-from :func:`oocarr.config.memory_budget_bytes` when an epoch starts.
+from :func:`oocarr.engine.budget.memory_budget_bytes` when an epoch starts.
 """
 
 from __future__ import annotations

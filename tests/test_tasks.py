@@ -129,3 +129,67 @@ def test_backward_tasks_run_in_a_fresh_process_give_the_local_bytes(tmp_path, fm
     with np.load(result) as remote:
         assert remote["arr_0"].tobytes() == local[0].tobytes()
         assert remote["arr_1"].tobytes() == local[1].tobytes()
+
+
+LOSS_MODULE = textwrap.dedent(
+    """
+    import jax.numpy as jnp
+
+    def per_row(params, x, y):
+        return (x @ params["w"] + params["b"] - y) ** 2
+    """
+)
+
+RUN_ROWS = textwrap.dedent(
+    """
+    import pickle, sys
+    import numpy as np
+    sys.path.insert(0, sys.argv[3])
+    import oocarr
+
+    with open(sys.argv[1], "rb") as f:
+        plan = pickle.load(f)
+    value, grad_b, grad_w = plan.combine(task.run() for task in plan)  # leaves: b, w
+    np.savez(sys.argv[2], value=value, w=grad_w, b=grad_b)
+    """
+)
+
+
+@pytest.mark.parametrize("fmt", ["npy", "h5"])
+def test_stream_sum_row_tasks_in_a_fresh_process_give_value_and_grad(tmp_path, fmt):
+    import jax
+    import jax.numpy as jnp
+
+    (tmp_path / "lossmod.py").write_text(LOSS_MODULE)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import lossmod
+    finally:
+        sys.path.remove(str(tmp_path))
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((1000, 12)).astype("f4")
+    t = rng.standard_normal(1000).astype("f4")
+    if fmt == "npy":
+        x = oocarr.save(a, str(tmp_path / "x.npy"))
+    else:
+        x = oocarr.save(a, str(tmp_path / "x.h5") + "#/x", chunks=(128, 12))
+    params = {"w": jnp.asarray(rng.standard_normal(12).astype("f4")), "b": jnp.float32(0.5)}
+    loss = oocarr.stream_sum(lossmod.per_row, mean=True)
+    with oocarr.memory_budget(16 * 1024):
+        value, grads = jax.value_and_grad(loss)(params, x, t)
+        plan = loss.tasks(params, x, t)
+    assert len(plan.tasks) > 1
+    oracle = lambda p: jnp.mean((a @ p["w"] + p["b"] - t) ** 2)  # noqa: E731
+    np.testing.assert_allclose(value, oracle(params), rtol=1e-5)
+    np.testing.assert_allclose(grads["w"], jax.grad(oracle)(params)["w"], rtol=1e-4, atol=1e-5)
+    pickled, result = tmp_path / "rows.pkl", tmp_path / "rows.npz"
+    pickled.write_bytes(pickle.dumps(plan))
+    subprocess.run(
+        [sys.executable, "-c", RUN_ROWS, str(pickled), str(result), str(tmp_path)],
+        check=True,
+        capture_output=True,
+    )
+    with np.load(result) as remote:
+        assert remote["value"].tobytes() == np.asarray(value).tobytes()
+        assert remote["w"].tobytes() == np.asarray(grads["w"]).tobytes()
+        assert remote["b"].tobytes() == np.asarray(grads["b"]).tobytes()

@@ -37,6 +37,8 @@ from oocarr.jaxlayer.callbacks import call, open_store, result_struct
 from oocarr.jaxlayer.disk_array import DiskArray, is_disk
 from oocarr.store.locator import Locator
 
+from .row_tasks import RowPlan, RowTask, Sums, tile_partial
+
 __all__ = ["stream_sum", "RESIDENT_TILES"]
 
 #: Row-tile buffers counted against the budget (kept for one release; the memory model's
@@ -121,6 +123,12 @@ class _Kernel:
     def __init__(self, fn: Callable[..., Any]) -> None:
         self.fn = fn
         self._compiled: dict[tuple, Callable[..., Any]] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"fn": self.fn}  # compiled executables do not travel; a process compiles its own
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["fn"])
 
     def __call__(self, per_row: bool, treedef: Any, wanted: tuple[bool, ...] | None) -> Any:
         key = (per_row, treedef, wanted)
@@ -238,46 +246,44 @@ def _loop(
     n = spec.rows
     tile = _tile_rows(spec, operands)
     counts.project(_projection(_row_bytes(spec), tile, _read_overhead(operands, tile)).nbytes)
-    compute = spec.kernel(spec.per_row, spec.treedef, wanted)
-    out_dtype = np.dtype(spec.out_dtype)
-    targets = [] if wanted is None else [a for a, w in zip(spec.leaf_avals, wanted) if w]
-    grads = [np.zeros(a.shape, np.float64) for a in targets]
-    total = weight_sum = 0.0
+    sums = Sums(spec, wanted)
 
     def read(start: int) -> list[np.ndarray]:
         stop = min(start + tile, n)
         return [o.read((slice(start, stop), *(slice(0, d) for d in o.shape[1:]))) for o in operands]
 
     for _, blocks in prefetched(range(0, n, tile), read):
-        rows = blocks[0].shape[0]
-        if spec.weighted:
-            w = blocks.pop().astype(out_dtype)
-            weight_sum += float(np.sum(w, dtype=np.float64))
-        else:
-            w = np.ones(rows, out_dtype)
-        if spec.per_row:
-            blocks = [_pad_rows(b, tile, "edge") for b in blocks]
-            blocks.insert(0, _pad_rows(w, tile, "constant"))
-        out = compute(leaves, *blocks)
-        value, tile_grads = (out, ()) if wanted is None else out
-        total += float(value)
-        for acc, g in zip(grads, tile_grads):
-            acc += np.asarray(g, np.float64)
+        sums.add(tile_partial(spec, wanted, leaves, blocks, tile))
         counts.tiles += 1
-        del blocks, out, tile_grads, w
-
-    divisor = (weight_sum if spec.weighted else float(n)) if spec.mean else 1.0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        results = [np.asarray(np.float64(total) / divisor, out_dtype)]
-        results += [np.asarray(g / divisor, a.dtype) for g, a in zip(grads, targets)]
-    return tuple(results)
+        del blocks
+    return sums.results()
 
 
-def _pad_rows(block: np.ndarray, rows: int, mode: str) -> np.ndarray:
-    if block.shape[0] == rows:
-        return block
-    widths = [(0, rows - block.shape[0])] + [(0, 0)] * (block.ndim - 1)
-    return np.pad(block, widths, mode=mode)
+def _row_plan(spec: _Spec, wanted: tuple[bool, ...] | None, values: Sequence[Any]) -> RowPlan:
+    """The call as row tasks, tiled as :func:`_stream` tiles it (see :mod:`.row_tasks`)."""
+    k = len(spec.leaf_avals)
+    leaves, dynamic = tuple(np.asarray(x) for x in values[:k]), iter(values[k:])
+    stores, inputs, operands = [], [], []
+    try:
+        for src in spec.sources:
+            value = next(dynamic) if src.dynamic else None
+            if src.locator is None:
+                inputs.append(np.asarray(value))
+                operands.append(Operand(inputs[-1]))
+            else:
+                stores.append(open_store(src.locator))
+                inputs.append(src.locator)
+                operands.append(Operand(stores[-1]))
+        tile = _tile_rows(spec, operands)
+    finally:
+        for store in stores:
+            store.close()
+    tasks = []
+    for start in range(0, spec.rows, tile):
+        stop = min(start + tile, spec.rows)
+        rows = tuple(i if isinstance(i, Locator) else i[start:stop] for i in inputs)
+        tasks.append(RowTask(spec, wanted, leaves, rows, start, stop, tile))
+    return RowPlan(tuple(tasks), spec, wanted)
 
 
 # ----------------------------------------------------------------------------
@@ -459,7 +465,7 @@ def stream_sum(
     """
     kernel = _Kernel(fn)
 
-    def g(params: Any, *arrays: Any, weights: Any = None) -> jax.Array:
+    def prepare(params: Any, arrays: tuple, weights: Any) -> tuple[_Spec, list, list]:
         if not arrays:
             raise InvalidArgumentError("stream_sum needs at least one array to stream")
         data = [*arrays, *(() if weights is None else (weights,))]
@@ -494,7 +500,22 @@ def stream_sum(
             bool(mean),
             None if tile_rows is None else max(1, int(tile_rows)),
         )
+        return spec, leaves, dynamic
+
+    def g(params: Any, *arrays: Any, weights: Any = None) -> jax.Array:
+        spec, leaves, dynamic = prepare(params, arrays, weights)
         return _StreamSum(spec, call_site("stream_sum"))(*leaves, *dynamic)
+
+    def tasks(params: Any, *arrays: Any, weights: Any = None, grad: bool = True) -> RowPlan:
+        """This call (eager) as a map-reduce of picklable row tasks: each task's ``run()``
+        gives its tile's partial in any process, ``combine`` folds the partials in order into
+        the value (and, with ``grad``, the gradients of the inexact parameter leaves) that
+        ``jax.value_and_grad`` of the call gives, bit for bit."""
+        spec, leaves, dynamic = prepare(params, arrays, weights)
+        wanted = tuple(jnp.issubdtype(a.dtype, jnp.inexact) for a in spec.leaf_avals)
+        return _row_plan(spec, wanted if grad else None, [*leaves, *dynamic])
+
+    g.tasks = tasks
 
     g.__doc__ = f"The sum of {getattr(fn, '__name__', 'fn')} over row tiles (oocarr.stream_sum)."
     return g

@@ -28,15 +28,14 @@ __all__ = [
     "COPY_TILES",
     "EXTRA_BATCHES",
     "INPUT_TILES",
-    "OPTIM_TILES_PER_ARRAY",
     "STATS_TILES",
     "STREAM_SUM_TILES",
     "WRITE_BEHIND_TILES",
+    "RESERVED_BYTES",
+    "RESERVE_FROM",
     "Buffers",
     "Projection",
     "chunk_tile",
-    "RESERVED_BYTES",
-    "RESERVE_FROM",
     "require",
     "reserved",
     "tile_budget",
@@ -71,9 +70,6 @@ BLOCK_SHARE = 8
 COPY_TILES = 7
 #: Statistics (``inspect --stats``) hold the tile, its float64 copy and temporaries of it.
 STATS_TILES = 8
-#: The optax adapter's tiles: one per array it streams (inputs and outputs), each also
-#: read ahead or written behind, and the kernel's own copy.
-OPTIM_TILES_PER_ARRAY = 2
 
 
 @dataclass(frozen=True)

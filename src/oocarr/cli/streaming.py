@@ -20,21 +20,19 @@ STATS_SHARE = "stats"
 
 
 def tile_shape(store: BlockedArray, share: str, *chunks: tuple[int, ...] | None) -> tuple[int, ...]:
-    """The tile for streaming ``store`` for ``share`` (``"copy"`` or ``"stats"``): whole chunks
-    of ``store`` and of ``chunks``, sized by the memory model for the budget in force.
-
-    Raises
-    ------
-    BudgetTooSmallError
-        When one tile of whole chunks is larger than the whole budget.
+    """:func:`oocarr.api.tile_plan` for ``share`` (``"copy"`` or ``"stats"``), whose budget
+    error tells a shell user to raise ``--memory``.
 
     Examples
     --------
-    >>> import numpy as np, oocarr
-    >>> store = oocarr.from_numpy(np.zeros((1000, 100), "f4")).store
-    >>> with oocarr.memory_budget("700KB"):
-    ...     tile_shape(store, "copy")
-    (250, 100)
+    >>> import numpy as np, oocarr, os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "t.zarr")
+    >>> store = oocarr.save(np.zeros((64, 64), "f4"), path, chunks=(32, 32)).store
+    >>> with oocarr.memory_budget(1000):
+    ...     tile_shape(store, "stats")
+    Traceback (most recent call last):
+    ...
+    oocarr.errors.BudgetTooSmallError: ...raise it to at least 4096 bytes with --memory
     """
     return tile_plan(store, share, *chunks, remedy="with --memory")
 

@@ -24,10 +24,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-try:
-    from isal.isal_zlib import decompress as inflate
-except ImportError:  # pragma: no cover - isal has wheels for the common platforms
-    from zlib import decompress as inflate
+from oocarr_drivers.bounded import inflate
 
 __all__ = ["DECODER_CHUNKS", "ChunkDecoder", "decoder_for", "decoding_threads"]
 
@@ -175,7 +172,7 @@ class ChunkDecoder:
             if mask & (1 << position):
                 continue  # this filter was skipped when the chunk was written
             if self.filters[position] == _DEFLATE:
-                data = inflate(data)
+                data = inflate(data, self.chunk_bytes)
             else:
                 data = _unshuffle(data, self.dtype.itemsize)
         return data

@@ -25,6 +25,7 @@ from oocarr.errors import (
     UnsupportedCompressionError,
 )
 from oocarr.store import Compression, Locator, corrupt
+from oocarr_drivers.bounded import gunzip, unzstd
 
 __all__ = [
     "CodecPipeline",
@@ -82,9 +83,9 @@ class _BytesCodec:
 
     def decode(self, data: bytes, max_size: int, crc32c: Any) -> bytes:
         if self.name == "gzip":
-            return gzip.decompress(data)
+            return gunzip(data, max_size)
         if self.name == "zstd":
-            return zstandard.ZstdDecompressor().decompress(data, max_output_size=max_size)
+            return unzstd(data, max_size)
         if len(data) < 4:
             raise ValueError("chunk shorter than its crc32c checksum")
         body, stored = data[:-4], int.from_bytes(data[-4:], "little")

@@ -1,0 +1,90 @@
+"""Decompression that stops at the size a chunk must have: a small stored chunk that inflates
+to gigabytes (a decompression bomb, or a corrupt file) costs at most one chunk of memory.
+
+Every decoder here is handed the chunk's expected size and raises ``ValueError`` as soon as
+the output would exceed it; the caller turns that into its corrupt-chunk error.
+"""
+
+from __future__ import annotations
+
+import zstandard
+
+try:
+    from isal import isal_zlib as zlib_impl
+except ImportError:  # pragma: no cover - isal has wheels for the common platforms
+    import zlib as zlib_impl
+
+__all__ = ["inflate", "gunzip", "unzstd"]
+
+#: ``wbits`` of a zlib stream (HDF5's deflate filter) and of a gzip member (Zarr's gzip codec).
+ZLIB_WBITS, GZIP_WBITS = 15, 31
+
+
+def _inflate(data: bytes, limit: int, wbits: int, members: bool) -> bytes:
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        decoder = zlib_impl.decompressobj(wbits)
+        # one byte more than allowed tells an oversized stream from one of exactly ``limit``
+        out = decoder.decompress(data, limit - size + 1)
+        size += len(out)
+        if size > limit or decoder.unconsumed_tail:
+            raise ValueError(f"it decompresses to more than the {limit} bytes a chunk holds")
+        parts.append(out)
+        if not decoder.eof:
+            raise ValueError("the compressed stream ends early")
+        data = decoder.unused_data
+        if not (members and data):
+            return b"".join(parts)
+
+
+def inflate(data: bytes, limit: int) -> bytes:
+    """A zlib stream (HDF5's deflate filter) decompressed, at most ``limit`` bytes.
+
+    Examples
+    --------
+    >>> import zlib
+    >>> inflate(zlib.compress(bytes(10)), 10) == bytes(10)
+    True
+    >>> inflate(zlib.compress(bytes(11)), 10)
+    Traceback (most recent call last):
+    ...
+    ValueError: it decompresses to more than the 10 bytes a chunk holds
+    """
+    return _inflate(data, limit, ZLIB_WBITS, members=False)
+
+
+def gunzip(data: bytes, limit: int) -> bytes:
+    """Gzip data (one or more members, as ``gzip.decompress`` reads) decompressed, at most
+    ``limit`` bytes.
+
+    Examples
+    --------
+    >>> import gzip
+    >>> gunzip(gzip.compress(b"ab") + gzip.compress(b"c"), 3)
+    b'abc'
+    """
+    return _inflate(data, limit, GZIP_WBITS, members=True)
+
+
+def unzstd(data: bytes, limit: int) -> bytes:
+    """A zstd frame decompressed, at most ``limit`` bytes, whether or not its header states
+    its content size (zstandard trusts a stated size over ``max_output_size``).
+
+    Examples
+    --------
+    >>> c = zstandard.ZstdCompressor(write_content_size=True)
+    >>> unzstd(c.compress(bytes(8)), 8) == bytes(8)
+    True
+    >>> unzstd(c.compress(bytes(9)), 8)
+    Traceback (most recent call last):
+    ...
+    ValueError: it decompresses to more than the 8 bytes a chunk holds
+    """
+    stated = zstandard.frame_content_size(data)
+    if stated > limit:
+        raise ValueError(f"it decompresses to more than the {limit} bytes a chunk holds")
+    out = zstandard.ZstdDecompressor().decompress(data, max_output_size=limit + 1)
+    if len(out) > limit:
+        raise ValueError(f"it decompresses to more than the {limit} bytes a chunk holds")
+    return out

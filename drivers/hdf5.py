@@ -8,13 +8,9 @@ URL forms
 
 Handles
 -------
-One ``h5py.File`` is kept per process and file, shared by every store on
-that file and reference counted; it is opened on first use, never carried
-across ``fork``, and closed when the last store on it is released.  It is
-opened read-write while any store in the process writes to the file and
-read-only otherwise, so other processes can read a file once its writers
-are closed (HDF5 file locking forbids opening a file that another process
-has open for writing).  They live in :mod:`oocarr_drivers.hdf5_handles`.
+One reference-counted ``h5py.File`` per process and file, shared by every
+store on it, opened read-write only while a store in the process writes, and
+never carried across ``fork``: :mod:`oocarr_drivers.hdf5_handles`.
 
 Attributes
 ----------

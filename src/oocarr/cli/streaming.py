@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
 
 import numpy as np
 
-from oocarr.api import read_tiles as api_read_tiles
-from oocarr.api import tile_plan
+from oocarr.api import read_tiles, tile_plan
 from oocarr.store import BlockedArray
 
 __all__ = ["COPY_SHARE", "STATS_SHARE", "tile_shape", "read_tiles", "checksum"]
@@ -35,21 +33,6 @@ def tile_shape(store: BlockedArray, share: str, *chunks: tuple[int, ...] | None)
     oocarr.errors.BudgetTooSmallError: ...raise it to at least 4096 bytes with --memory
     """
     return tile_plan(store, share, *chunks, remedy="with --memory")
-
-
-def read_tiles(
-    store: BlockedArray, tile: tuple[int, ...]
-) -> Iterator[tuple[tuple[slice, ...], np.ndarray]]:
-    """``(region, values)`` for every tile of ``store`` in C order (:func:`oocarr.api.read_tiles`).
-
-    Examples
-    --------
-    >>> import numpy as np, oocarr
-    >>> store = oocarr.from_numpy(np.arange(5)).store
-    >>> [(r[0].start, v.tolist()) for r, v in read_tiles(store, (2,))]
-    [(0, [0, 1]), (2, [2, 3]), (4, [4])]
-    """
-    return api_read_tiles(store, tile)
 
 
 def checksum(store: BlockedArray, tile: tuple[int, ...], advance=None) -> str:

@@ -20,8 +20,9 @@ from subprocess_rss import run_script, write_features_and_labels
 ROWS, COLS, BATCH = 203, 5, 32
 ROW_BYTES = COLS * 4 + 8
 # Room for the queued batches plus about 100 rows: the shuffle buffer holds part of the data,
-# so the chunk-aligned block order and the buffer both shape the order.
-SMALL_BUDGET = (2 + 3) * BATCH * ROW_BYTES + 130 * ROW_BYTES
+# so the chunk-aligned block order and the buffer both shape the order.  Zarr on memory:// also
+# holds one fetched and one decoded chunk of each array while reading (chunks of 16 and 32 rows).
+SMALL_BUDGET = (2 + 3) * BATCH * ROW_BYTES + 130 * ROW_BYTES + 2 * (16 * COLS * 4 + 32 * 8)
 
 
 def skip_s3(backend):

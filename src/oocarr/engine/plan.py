@@ -17,8 +17,9 @@ The constants below are the engine's own buffers, counted per call.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from oocarr.errors import BudgetTooSmallError
 from oocarr.store import pages
@@ -36,6 +37,7 @@ __all__ = [
     "Buffers",
     "Projection",
     "chunk_tile",
+    "least_read_buffers",
     "require",
     "reserved",
     "tile_budget",
@@ -115,6 +117,16 @@ class Projection:
         """How many buffers the items hold together."""
         return sum(b.count for b in self.items)
 
+    def plus(self, *items: Buffers) -> Projection:
+        """This projection with ``items`` added.
+
+        Examples
+        --------
+        >>> Projection("sum", (Buffers("op tiles", 3, 100),)).plus(Buffers("x", 1, 7)).nbytes
+        307
+        """
+        return Projection(self.streamer, (*self.items, *items))
+
     def scaled(self, nbytes_each: int) -> Projection:
         """The same buffers with every buffer ``nbytes_each`` bytes (a plan of uniform tiles)."""
         return Projection(
@@ -156,6 +168,25 @@ def tile_budget(budget: int, least: int = 0, overhead: int = 0) -> int:
     return max(least, budget - reserved(budget) - overhead)
 
 
+def least_read_buffers(stores: Iterable[Any]) -> Buffers:
+    """The drivers' read buffers of the smallest read of each of ``stores`` (one element).
+
+    A compressed chunk is fetched and decoded whole however small the tile
+    read from it, so a streamer adds this to the smallest plan it checks
+    with :func:`require`: a storage chunk that does not fit the budget is
+    refused before any I/O instead of being read over the budget.  Formats
+    read in sub-chunk regions (uncompressed chunks, ``.npy``) report 0.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarr
+    >>> least_read_buffers([oocarr.from_numpy(np.zeros((4, 4))).store]).nbytes
+    0
+    """
+    nbytes = sum(s.read_overhead((1,) * len(s.shape)) for s in stores)
+    return Buffers("drivers' read buffers for one stored chunk of each input", 1, nbytes)
+
+
 def require(
     projection: Projection,
     budget: int,
@@ -193,8 +224,9 @@ oocarr.set_memory_budget
     if need <= budget:
         return
     parts = " + ".join(str(b) for b in projection.items if b.count)
+    what = projection.streamer if url is None else f"{projection.streamer} of {url}"
     raise BudgetTooSmallError(
-        f"the memory budget of {budget} bytes cannot hold {projection.streamer}: it needs at "
+        f"the memory budget of {budget} bytes cannot hold {what}: it needs at "
         f"least {need} bytes ({parts}); raise it to at least {need} bytes {remedy}",
         url=url,
     )

@@ -22,7 +22,15 @@ from .budget import memory_budget_bytes
 from .compile import block_functions, cached
 from .io import Operand, WriteBehind, prefetched
 from .op import BlockParallelOp, CustomOp, Plan, Region
-from .plan import INPUT_TILES, WRITE_BEHIND_TILES, Buffers, Projection, require, tile_budget
+from .plan import (
+    INPUT_TILES,
+    WRITE_BEHIND_TILES,
+    Buffers,
+    Projection,
+    least_read_buffers,
+    require,
+    tile_budget,
+)
 from .stats import IOCounts, record
 from .tasks import BackwardPlan, BackwardTask, TilePlan, TileTask
 from .tiles import Nominal, StepGradient, TileFolder, crop_to, pad
@@ -75,7 +83,9 @@ class OOCAlgorithm:
         budget = memory_budget_bytes()
         total = self.residency(operands)
         smallest = self._smallest(total, itemsize)
-        require(smallest, budget)
+        stores = [o.value for o in operands if o.stored]
+        url = stores[0].url if stores else None
+        require(smallest.plus(least_read_buffers(stores)), budget, url=url)
         # A storage chunk larger than the whole budget still gets tiles of the smallest size.
         usable = tile_budget(budget, least=smallest.nbytes, overhead=overhead)
         if self.op.whole_budget:

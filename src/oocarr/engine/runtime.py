@@ -18,6 +18,18 @@ changes to the process:
    training step interleaved with eager JAX work hangs.  The setting is read
    when the CPU backend starts, so it is made at import.
 
+Importing oocarr's JAX layer makes one more, in
+:mod:`oocarr.jaxlayer.jit_errors` (the engine does not import that layer):
+
+3. **Errors of oocarr's callbacks come out of a jitted call as themselves**
+   (``OOCARR_KEEP_JAX_ERRORS=1`` leaves JAX alone).  XLA reports an
+   exception raised in a host callback as an untyped ``JaxRuntimeError``
+   and JAX logs its traceback; oocarr wraps ``ExecuteReplicated.__call__``
+   (the Python function JAX runs every compiled program with host callbacks
+   through) to re-raise the callback's own exception, or a
+   ``KeyboardInterrupt``, and filters JAX's log record of those failures.
+   Other callbacks' errors are left as JAX reports them.
+
 Nothing else oocarr does at import reaches outside the package.
 """
 

@@ -8,6 +8,8 @@ value), then runs ``run`` directly when nothing is traced, or stages it as an
 ``io_callback`` whose inputs are those markers, so XLA runs it after whatever
 wrote them.  ``run`` always sees the memory budget that was in force where the
 primitive was called, although under ``jit`` XLA calls it in its own threads.
+An exception ``run`` raises there (``KeyboardInterrupt`` too) comes out of the
+jitted call as itself (:mod:`~oocarr.jaxlayer.jit_errors`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,10 @@ from oocarr.store.locator import Locator
 from oocarr.store.registry import get_driver
 from oocarr.store.scratch import scratch_dir
 
+from . import jit_errors
 from .disk_array import MARKER_DTYPE, DiskArray, DiskArrayType, is_writable
+
+jit_errors.install()
 
 __all__ = [
     "lower",
@@ -119,7 +124,9 @@ def call(run: Callable[..., Any], result_shapes: Any, *args: Any) -> Any:
     ``io_callback`` that takes the lowered ``args`` (so XLA orders it after
     whatever wrote the ``DiskArray``s among them) and returns
     ``result_shapes``.  The memory budget in force here, in the caller's
-    thread, is the one ``run`` sees, whichever thread XLA calls it in.
+    thread, is the one ``run`` sees, whichever thread XLA calls it in, and
+    an exception ``run`` raises there reaches the caller of the jitted
+    function as itself.
 
     Parameters
     ----------
@@ -158,7 +165,7 @@ def call(run: Callable[..., Any], result_shapes: Any, *args: Any) -> Any:
     lowered = [lower(x) for x in args]
     if not traced:
         return jax.tree.map(jnp.asarray, in_budget(*lowered))
-    return io_callback(in_budget, result_shapes, *lowered)
+    return io_callback(jit_errors.guarded(in_budget), result_shapes, *lowered)
 
 
 def open_store(locator: Locator, mode: str = "r") -> BlockedArray:
@@ -178,6 +185,10 @@ def open_store(locator: Locator, mode: str = "r") -> BlockedArray:
 def create_store(locator: Locator, shape: tuple[int, ...], dtype: Any) -> BlockedArray:
     """Create (or replace) the array at ``locator``, zero-filled, with its driver.
 
+    An array the user stored there (not a scratch array) is replaced by one
+    with the same chunks, compression and attributes: ``update_`` and the
+    optimizers' in-place updates change values, never the layout.
+
     Examples
     --------
     >>> from oocarr.store.scratch import scratch_locator
@@ -188,7 +199,27 @@ def create_store(locator: Locator, shape: tuple[int, ...], dtype: Any) -> Blocke
     >>> open_store(loc)[:].tolist()
     [0.0, 0.0]
     """
-    return get_driver(locator.driver).create(locator, shape, dtype, overwrite=True)
+    driver = get_driver(locator.driver)
+    layout = {} if _is_scratch(locator) else _stored_layout(driver, locator, shape)
+    return driver.create(locator, shape, dtype, overwrite=True, **layout)
+
+
+def _is_scratch(locator: Locator) -> bool:
+    return locator.url.startswith(scratch_dir())
+
+
+def _stored_layout(
+    driver: type[BlockedArray], locator: Locator, shape: tuple[int, ...]
+) -> dict[str, Any]:
+    """``create``'s layout arguments for a copy of the array stored at ``locator`` (none when
+    nothing is stored there, or when it has another shape)."""
+    if not driver.exists(locator):
+        return {}
+    with driver.open(locator, "r") as old:
+        if tuple(old.shape) != tuple(shape):
+            return {}
+        chunks = old.chunks if driver.supports_chunks else None
+        return {"chunks": chunks, "compression": old.compression, "attrs": old.attrs}
 
 
 def check_writable(aval: DiskArrayType) -> None:
@@ -207,7 +238,7 @@ def check_writable(aval: DiskArrayType) -> None:
     >>> check_writable(oocarr.from_numpy(np.ones(2)).aval)  # scratch: writable
     """
     locator = aval.locator
-    if aval.tangent or is_writable(locator) or locator.url.startswith(scratch_dir()):
+    if aval.tangent or is_writable(locator) or _is_scratch(locator):
         return
     raise ReadOnlyError(
         f"{locator.full_url} was not opened for writing; open it with mode='r+' to update it",

@@ -30,7 +30,14 @@ from jax.experimental.hijax import ShapedArray, VJPHiPrimitive, Zero
 from oocarr.engine.budget import memory_budget_bytes
 from oocarr.engine.compile import BlockFunction
 from oocarr.engine.io import Operand, prefetched
-from oocarr.engine.plan import STREAM_SUM_TILES, Buffers, Projection, require, tile_budget
+from oocarr.engine.plan import (
+    STREAM_SUM_TILES,
+    Buffers,
+    Projection,
+    least_read_buffers,
+    require,
+    tile_budget,
+)
 from oocarr.engine.stats import IOCounts, call_site, record
 from oocarr.errors import InvalidArgumentError, ShapeMismatchError
 from oocarr.jaxlayer.callbacks import call, open_store, result_struct
@@ -171,7 +178,7 @@ def _tile_rows(spec: _Spec, operands: Sequence[Operand]) -> int:
     row_bytes = _row_bytes(spec)
     budget = memory_budget_bytes()
     smallest = _projection(row_bytes, 1)
-    require(smallest, budget)
+    require(smallest.plus(least_read_buffers(o.value for o in operands if o.stored)), budget)
     rows = _rows_within(spec, operands, tile_budget(budget, least=smallest.nbytes), row_bytes)
     overhead = _read_overhead(operands, rows)
     if overhead:

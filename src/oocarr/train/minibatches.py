@@ -35,6 +35,7 @@ from oocarr.engine.plan import (
     EXTRA_BATCHES,
     Buffers,
     Projection,
+    least_read_buffers,
     require,
     tile_budget,
 )
@@ -196,21 +197,21 @@ def _plan(
     unit = max(1, _unit_rows(sources, max(rows, 1), row_bytes, budget // BLOCK_SHARE))
     if not fits(unit):  # blocks that split each chunk evenly
         unit = max((d for d in _divisors(unit) if fits(d)), default=1)
-    if not fits(unit):
-        names = ", ".join(s.name for s in sources)
-        require(
-            _projection(
-                f"batches of {batch_size} rows ({row_bytes} bytes a row across {names}) with "
-                f"prefetch={prefetch}",
-                prefetch,
-                batch_rows * row_bytes,
-                unit + batch_rows - 1,
-                unit,
-                row_bytes,
-            ),
-            budget,
-            remedy="with oocarr.set_memory_budget, or lower batch_size or prefetch",
-        )
+    names = ", ".join(s.name for s in sources)
+    smallest = _projection(
+        f"batches of {batch_size} rows ({row_bytes} bytes a row across {names}) with "
+        f"prefetch={prefetch}",
+        prefetch,
+        batch_rows * row_bytes,
+        unit + batch_rows - 1,
+        unit,
+        row_bytes,
+    )
+    require(
+        smallest.plus(least_read_buffers(s.store for s in sources if s.store is not None)),
+        budget,
+        remedy="with oocarr.set_memory_budget, or lower batch_size or prefetch",
+    )
     least = batches_bytes + (2 * unit + batch_rows - 1) * row_bytes
     usable = tile_budget(budget, least=least, overhead=overhead)
     free_rows = (usable - batches_bytes) // row_bytes - unit

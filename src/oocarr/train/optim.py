@@ -41,6 +41,7 @@ from oocarr.engine.plan import (
     WRITE_BEHIND_TILES,
     Buffers,
     Projection,
+    least_read_buffers,
     require,
     tile_budget,
     tile_for,
@@ -249,7 +250,8 @@ def _stream(
         None,
     )
     projection = _projection(kernel.name, sources, len(targets), itemsize)
-    require(projection, budget)
+    stored = [s for s in sources if isinstance(s, BlockedArray)]
+    require(projection.plus(least_read_buffers(stored)), budget)
     buffers = max(1, projection.buffers)
     tile = tile_for(shape, itemsize, tile_budget(budget, projection.nbytes) // buffers, chunks)
     overhead = _read_overhead(sources, tile)

@@ -2,7 +2,8 @@
 to gigabytes (a decompression bomb, or a corrupt file) costs at most one chunk of memory.
 
 Every decoder here is handed the chunk's expected size and raises ``ValueError`` as soon as
-the output would exceed it; the caller turns that into its corrupt-chunk error.
+the output would exceed it, or when the stream is corrupt (whichever zlib implementation is
+in use); the caller turns that into its corrupt-chunk error.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ except ImportError:  # pragma: no cover - isal has wheels for the common platfor
 
 __all__ = ["inflate", "gunzip", "unzstd"]
 
+#: Bytes a zstd frame of unstated size is decoded in at a time.
+PIECE_BYTES = 4 * 2**20
 #: ``wbits`` of a zlib stream (HDF5's deflate filter) and of a gzip member (Zarr's gzip codec).
 ZLIB_WBITS, GZIP_WBITS = 15, 31
 
@@ -25,8 +28,11 @@ def _inflate(data: bytes, limit: int, wbits: int, members: bool) -> bytes:
     size = 0
     while True:
         decoder = zlib_impl.decompressobj(wbits)
-        # one byte more than allowed tells an oversized stream from one of exactly ``limit``
-        out = decoder.decompress(data, limit - size + 1)
+        try:
+            # one byte more than allowed tells an oversized stream from one of exactly ``limit``
+            out = decoder.decompress(data, limit - size + 1)
+        except zlib_impl.error as err:  # isal's IsalError is no zlib.error
+            raise ValueError(f"the compressed stream is corrupt ({err})") from None
         size += len(out)
         if size > limit or decoder.unconsumed_tail:
             raise ValueError(f"it decompresses to more than the {limit} bytes a chunk holds")
@@ -80,11 +86,34 @@ def unzstd(data: bytes, limit: int) -> bytes:
     Traceback (most recent call last):
     ...
     ValueError: it decompresses to more than the 8 bytes a chunk holds
+    >>> unsized = zstandard.ZstdCompressor(write_content_size=False).compress(bytes(100))
+    >>> len(unzstd(unsized, 2**40))  # without allocating 2**40 bytes first
+    100
     """
-    stated = zstandard.frame_content_size(data)
-    if stated > limit:
-        raise ValueError(f"it decompresses to more than the {limit} bytes a chunk holds")
-    out = zstandard.ZstdDecompressor().decompress(data, max_output_size=limit + 1)
+    try:
+        stated = zstandard.frame_content_size(data)
+        if stated > limit:
+            raise ValueError(f"it decompresses to more than the {limit} bytes a chunk holds")
+        if stated >= 0:  # zstandard allocates exactly the stated size, at most ``limit``
+            out = zstandard.ZstdDecompressor().decompress(data, max_output_size=limit + 1)
+        else:  # decompress() would allocate all of max_output_size up front
+            out = _unzstd_pieces(data, limit)
+    except zstandard.ZstdError as err:
+        raise ValueError(f"the zstd frame is corrupt ({err})") from None
     if len(out) > limit:
         raise ValueError(f"it decompresses to more than the {limit} bytes a chunk holds")
     return out
+
+
+def _unzstd_pieces(data: bytes, limit: int) -> bytes:
+    """A frame of unstated size decoded a piece at a time, stopping one byte past ``limit``."""
+    reader = zstandard.ZstdDecompressor().stream_reader(data)
+    parts: list[bytes] = []
+    size = 0
+    while size <= limit:
+        piece = reader.read(min(limit + 1 - size, PIECE_BYTES))
+        if not piece:
+            break
+        parts.append(piece)
+        size += len(piece)
+    return b"".join(parts)

@@ -30,6 +30,8 @@ commit; the other datasets in the file are not touched.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import math
 import os
 from typing import Any
@@ -40,9 +42,11 @@ import numpy as np
 from oocarr.errors import (
     AlreadyExistsError,
     InvalidArgumentError,
+    InvalidStoreError,
     InvalidUrlError,
     NotFoundError,
     OocarrError,
+    ReadOnlyError,
     UnsupportedCompressionError,
     UnsupportedDtypeError,
     WriteError,
@@ -53,10 +57,14 @@ from oocarr.store import (
     Locator,
     as_dtype,
     corrupt,
+    follow_external_option,
+    follows_external,
     is_bfloat16,
     is_local,
     normalize_container,
+    pid_alive,
     require_exists,
+    storage_error,
     temp_sibling,
 )
 from oocarr_drivers.claims import HDF5_SUFFIXES
@@ -84,9 +92,17 @@ CACHED_CHUNK_LIMIT = 2**20
 MAX_CACHE_SLOTS = 2**20
 DEFAULT_GZIP_LEVEL = 4
 _LISTED = 20
+#: Free space a change to an existing file must leave: HDF5 does not journal its metadata, and
+#: a disk that fills up while it changes a file in place can crash it and damage the file.
+SPACE_MARGIN = 256 * 2**10
 _TEMP_MARK = ".tmp-"
 
 _UNKNOWN = object()
+#: Files this process failed to close after a storage failure: HDF5 keeps them open, and
+#: opening them again would use the broken state.
+_BROKEN: dict[str, Exception] = {}
+#: Reserve files by (process, the HDF5 file they keep space for).
+_RESERVES: dict[tuple[int, str], str] = {}
 
 
 # ----------------------------------------------------------------------
@@ -250,12 +266,80 @@ def _filters(dset: h5py.Dataset) -> str | None:
     return "+".join(names) or None
 
 
+def _external_link(file: h5py.File, inner: str) -> str | None:
+    """The external link on the path of ``inner``, described, if any (found without following
+    it: HDF5 opens a link's target file in the mode of the file that holds the link)."""
+    parts = inner.strip("/").split("/")
+    for i in range(1, len(parts) + 1):
+        name = "/" + "/".join(parts[:i])
+        try:
+            link = file.get(name, getlink=True)
+        except (KeyError, OSError, ValueError, RuntimeError):
+            return None
+        if isinstance(link, h5py.ExternalLink):
+            return f"{name} is an HDF5 external link to {link.filename}#{link.path}"
+    return None
+
+
+def _outside(file: h5py.File, dset: h5py.Dataset, inner: str) -> str | None:
+    """What makes dataset ``inner`` of ``file`` keep its data outside that file, if anything:
+    links that end in another file, external raw storage, or a virtual dataset's sources."""
+    home = os.path.realpath(dset.file.filename)
+    if home != os.path.realpath(file.filename):
+        return f"{inner} leads through links to a dataset in {home}"
+    plist = dset.id.get_create_plist()
+    if plist.get_external_count() > 0:
+        names = [plist.get_external(i)[0] for i in range(plist.get_external_count())]
+        shown = ", ".join(os.fsdecode(n) for n in names)
+        return f"{inner} keeps its data in external raw files ({shown})"
+    if dset.is_virtual:
+        files = sorted({s.file_name for s in dset.virtual_sources() if s.file_name != "."})
+        if files:
+            return f"{inner} is a virtual dataset mapping data in {', '.join(files)}"
+    return None
+
+
+def _check_inside(
+    file: h5py.File, dset: h5py.Dataset | None, locator: Locator, *, writing: bool
+) -> None:
+    """Refuse to write (or, with ``follow_external=False``, to read) a dataset whose data lies
+    outside the file the URL names; ``dset=None`` checks the links on its path only."""
+    if not writing and follows_external(locator):
+        return
+    if dset is None:
+        where = _external_link(file, locator.path)
+    else:
+        where = _outside(file, dset, locator.path)
+    if where is None:
+        return
+    url = locator.full_url
+    if writing:
+        raise ReadOnlyError(
+            f"cannot open {url} for writing: {where}, outside {locator.url}; oocarr never "
+            "writes outside the file it was given. Open it with mode='r', or write the "
+            "target's own URL",
+            url=url,
+        )
+    raise InvalidStoreError(
+        f"cannot read {url} with follow_external=False: {where}, outside {locator.url}; open "
+        "it with follow_external=True (the default) to read through links",
+        url=url,
+    )
+
+
 def _check_target(file: h5py.File, locator: Locator, overwrite: bool) -> None:
     """Refuse a target whose path runs through a dataset or that names a group."""
     url, inner = locator.full_url, locator.path
     parts = inner.strip("/").split("/")
     for i in range(1, len(parts)):
         prefix = "/" + "/".join(parts[:i])
+        outside = _external_link(file, prefix)
+        if outside is not None:
+            raise ReadOnlyError(
+                f"cannot create {url}: {outside}, outside {locator.url}; oocarr never writes "
+                "outside the file it was given",
+                url=url,
+            )
         obj = _lookup(file, prefix)
         if obj is not None and not isinstance(obj, h5py.Group):
             raise InvalidUrlError(
@@ -285,6 +369,84 @@ def _publish(entry: SharedFile, name: str, locator: Locator, overwrite: bool) ->
         file.require_group(parent)
     file.move(name, locator.path)
     file.flush()
+
+
+def _require_space(path: str, nbytes: int, url: str) -> None:
+    """Before HDF5 changes the existing file at ``path`` in place: refuse unless its filesystem
+    has room for ``nbytes`` more, and hold :data:`SPACE_MARGIN` of it in a reserve file.
+
+    HDF5 does not journal its metadata: when the disk fills up while it
+    changes a file, the file is damaged and closing it can crash the
+    interpreter.  The reserve is freed when a write fails anyway (another
+    process filled the disk meanwhile), so that HDF5 can close the file
+    consistently, and when the store is released.
+    """
+    try:
+        stat = os.statvfs(os.path.dirname(path) or ".")
+    except (OSError, AttributeError):
+        return
+    held = (os.getpid(), path) in _RESERVES
+    free, needed = stat.f_bavail * stat.f_frsize, nbytes + (0 if held else SPACE_MARGIN)
+    if free < needed:
+        raise WriteError(
+            f"writing {url} refused: no space left on the device for it ({free} bytes free, "
+            f"{needed} needed to change {path} safely; HDF5 can damage a file whose disk fills "
+            "up while it is changed). Free some space or write elsewhere; the file is unchanged",
+            url=url,
+        )
+    if not held:
+        with LOCK:
+            _reserve(path, url)
+
+
+def _reserve(path: str, url: str) -> None:
+    head, tail = os.path.split(path)
+    _sweep_reserves(head, f".{tail}.reserve-")
+    reserve = os.path.join(head, f".{tail}.reserve-{os.getpid()}")
+    try:
+        fd = os.open(reserve, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.posix_fallocate(fd, 0, SPACE_MARGIN)
+        finally:
+            os.close(fd)
+    except (OSError, AttributeError) as err:
+        with contextlib.suppress(OSError):
+            os.remove(reserve)
+        if getattr(err, "errno", None) in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+            raise storage_error("writing", url, err) from None
+        return  # no reserve where the filesystem cannot preallocate
+    _RESERVES[(os.getpid(), path)] = reserve
+
+
+def _sweep_reserves(head: str, prefix: str) -> None:
+    """Remove the reserve files that processes which no longer run left beside a file."""
+    try:
+        names = [n for n in os.listdir(head or ".") if n.startswith(prefix)]
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(prefix) :]
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
+            with contextlib.suppress(OSError):
+                os.remove(os.path.join(head, name))
+
+
+def _free_reserve(path: str) -> None:
+    with LOCK:
+        reserve = _RESERVES.pop((os.getpid(), path), None)
+    if reserve is not None:
+        _remove(reserve)
+
+
+def _check_usable(path: str, url: str) -> None:
+    """Refuse a file this process could not close after a storage failure."""
+    if path in _BROKEN:
+        raise WriteError(
+            f"cannot use {url}: writing {path} failed earlier in this process "
+            f"({storage_error('writing', url, _BROKEN[path])}), and HDF5 could not close it; "
+            "restart the process to use it again",
+            url=url,
+        )
 
 
 def _temp_name(locator: Locator) -> str:
@@ -345,6 +507,8 @@ class HDF5Array(BlockedArray):
         self._filtered = compression is not None if filtered is None else filtered
         self._overwrite = overwrite
         self._handle: Handle | None = None
+        # The storage failure that makes the open file unsafe to touch again (HDF5 crashes).
+        self._failed: Exception | None = None
         self._chunk_decoder: ChunkDecoder | None | object = _UNKNOWN
 
     # -- locating ------------------------------------------------------
@@ -364,16 +528,18 @@ class HDF5Array(BlockedArray):
                 f"for {url}; it reads local files only",
                 url=url,
             )
+        driver_options = dict(driver_options or {})
+        kept = follow_external_option(driver_options, url)
         if driver_options:
             raise InvalidArgumentError(
                 f"unknown hdf5 options {sorted(driver_options)} for {url}; the hdf5 driver "
-                "takes none",
+                "takes only follow_external",
                 url=url,
             )
         path = normalize_container(container)
         if not inner:
             raise InvalidUrlError(cls._missing_inner_message(path, url), url=url)
-        return Locator.make(cls.name, path, inner)
+        return Locator.make(cls.name, path, inner, None, kept)
 
     @classmethod
     def _missing_inner_message(cls, path: str, url: str) -> str:
@@ -399,10 +565,13 @@ class HDF5Array(BlockedArray):
     def _open(cls, locator: Locator, mode: str) -> HDF5Array:
         path = locator.url
         require_exists(os.path.isfile(path), locator, "file")
+        _check_usable(path, locator.full_url)
         if not _is_hdf5(path):
             raise corrupt(locator, "the file is not in HDF5 format")
         with borrowed(path, mode == "r+", locator) as entry:
+            _check_inside(entry.file, None, locator, writing=mode == "r+")
             dset = _require_dataset(entry.file, locator)
+            _check_inside(entry.file, dset, locator, writing=mode == "r+")
             if dset.shape is None:
                 raise corrupt(locator, "the dataset has a null dataspace and holds no array")
             dtype = _dataset_dtype(dset, locator)
@@ -473,6 +642,7 @@ class HDF5Array(BlockedArray):
         comp = None
         if shape and "compression" in layout:
             comp = "lzf" if layout["compression"] == "lzf" else f"gzip:{layout['compression_opts']}"
+        _check_usable(path, url)
         if os.path.exists(path):
             if not os.path.isfile(path) or not _is_hdf5(path):
                 raise InvalidArgumentError(
@@ -480,6 +650,7 @@ class HDF5Array(BlockedArray):
                     "or pick another file name",
                     url=url,
                 )
+            _require_space(path, 0 if "compression" in layout else _nbytes(shape, dtype), url)
             file_path, name = path, _temp_name(locator)
         else:
             file_path, name = temp_sibling(path), locator.path
@@ -496,22 +667,25 @@ class HDF5Array(BlockedArray):
             overwrite=overwrite,
         )
         with LOCK:
-            handle = Handle(file_path, True, locator, new=file_path != path)
             try:
-                file = handle.entry.file
+                store._handle = Handle(file_path, True, locator, new=file_path != path)
+                file = store._handle.entry.file
                 if file_path == path:
                     _check_target(file, locator, overwrite)
                 dset = file.create_dataset(name, shape=shape, dtype=dtype, **layout)
                 store_attrs(dset, attrs, locator)
             except BaseException as err:
-                store._handle = handle
-                store._abort()
+                storage = isinstance(err, (OSError, RuntimeError))
+                if storage and not isinstance(err, OocarrError):
+                    store._failed = err
+                with contextlib.suppress(OSError, RuntimeError):
+                    store._abort()  # the error that matters is err
+                store._release()
                 if isinstance(err, (ValueError, TypeError)) and not isinstance(err, OocarrError):
                     raise InvalidArgumentError(f"cannot create {url}: {err}", url=url) from None
-                if isinstance(err, OSError) and not isinstance(err, OocarrError):
-                    raise WriteError(f"cannot create {url}: {err}", url=url) from err
+                if store._failed is not None:
+                    raise storage_error("creating", url, err) from err
                 raise
-            store._handle = handle
         return store
 
     @classmethod
@@ -529,11 +703,13 @@ class HDF5Array(BlockedArray):
             return
         if not _is_hdf5(path):
             raise corrupt(locator, "the file is not in HDF5 format, so it holds no dataset")
+        _check_usable(path, locator.full_url)
         with borrowed(path, True, locator) as entry:
             file = entry.file
             obj = _lookup(file, locator.path)
             if obj is None:
                 return
+            _require_space(path, 0, locator.full_url)
             if not isinstance(obj, h5py.Dataset):
                 raise InvalidUrlError(
                     f"{locator.full_url} is a group, not a dataset; oocarr deletes datasets "
@@ -541,8 +717,11 @@ class HDF5Array(BlockedArray):
                     url=locator.full_url,
                 )
             entry.forget(locator.path)
-            del file[locator.path]
-            file.flush()
+            try:
+                del file[locator.path]
+                file.flush()
+            finally:
+                _free_reserve(path)
 
     # -- handles --------------------------------------------------------
     def _cache_spec(self) -> tuple[int, int] | None:
@@ -612,31 +791,47 @@ class HDF5Array(BlockedArray):
     def _write(self, region, value) -> None:
         with LOCK:
             dset = self._dataset()
+            if self._file_path == self._locator.url and not self._allocated(dset):
+                _require_space(self._file_path, value.nbytes, self.url)
             try:
                 if self.ndim == 0:
                     dset.write_direct(value)
                 else:
                     dset.write_direct(value, dest_sel=region)
-            except OSError as err:
-                raise WriteError(f"writing {self.url} failed: {err}", url=self.url) from err
+            except (OSError, RuntimeError) as err:
+                raise self._storage_failure("writing", err) from err
+
+    def _allocated(self, dset: h5py.Dataset) -> bool:
+        """Whether writes to ``dset`` reuse its file space (unfiltered and fully allocated)."""
+        try:
+            return not self._filtered and dset.id.get_storage_size() >= self.nbytes
+        except (OSError, RuntimeError):
+            return False
 
     def _flush(self) -> None:
         with LOCK:
+            if self._failed is not None and not self._pending:
+                self._release()  # the failed write was reported; only closing is safe now
+                return
             handle = self._handle
             if handle is not None and handle.pid == os.getpid() and handle.entry.file:
                 try:
                     handle.entry.file.flush()
-                except OSError as err:
-                    raise WriteError(f"flushing {self.url} failed: {err}", url=self.url) from err
+                except (OSError, RuntimeError) as err:
+                    raise self._storage_failure("flushing", err) from err
 
     def _release(self) -> None:
         with LOCK:
             handle, self._handle = self._handle, None
             if handle is not None:
-                if handle.pid == os.getpid():
-                    handle.close()
-                else:
+                if handle.pid != os.getpid():
                     handle.abandon()
+                elif self._failed is not None and self._file_path == self._locator.url:
+                    self._close_after_failure(handle)
+                else:
+                    handle.close()
+            if not self.readonly:
+                _free_reserve(self._locator.url)
 
     # -- commit and abort -------------------------------------------------
     def _commit(self) -> None:
@@ -647,11 +842,16 @@ class HDF5Array(BlockedArray):
                 self._commit_in_file()
 
     def _commit_in_file(self) -> None:
+        _require_space(self._file_path, 0, self.url)
         try:
             _publish(self._own_handle().entry, self._dataset_name, self._locator, self._overwrite)
         except (AlreadyExistsError, InvalidUrlError):
             self._abort()
             raise
+        except (OSError, RuntimeError) as err:
+            if isinstance(err, OocarrError):
+                raise
+            raise self._storage_failure("committing", err) from err
         self._dataset_name = self._locator.path
 
     def _commit_new_file(self) -> None:
@@ -702,6 +902,9 @@ class HDF5Array(BlockedArray):
                 return
             if self._dataset_name == self._locator.path:
                 return
+            if self._failed is not None:
+                self._discard_after_failure()
+                return
             entry = self._own_handle().entry
             entry.forget(self._dataset_name)
             file = ensure_file(entry, self._locator)
@@ -709,6 +912,48 @@ class HDF5Array(BlockedArray):
                 del file[self._dataset_name]
                 file.flush()
             self._release()
+
+    def _storage_failure(self, action: str, err: Exception) -> OocarrError:
+        """The error for a failed write to the file, which is not used again but to close it."""
+        self._failed = err
+        return storage_error(action, self.url, err)
+
+    def _discard_after_failure(self) -> None:
+        """Drop a temporary dataset after a storage failure without using the broken state:
+        the file is closed (:meth:`_close_after_failure`), and the dataset deleted from a
+        fresh handle."""
+        handle, self._handle = self._handle, None
+        path = self._locator.url
+        if handle is None or handle.pid != os.getpid() or not self._close_after_failure(handle):
+            return
+        try:
+            with borrowed(path, True, self._locator) as entry:
+                if _lookup(entry.file, self._dataset_name) is not None:
+                    del entry.file[self._dataset_name]
+                    entry.file.flush()
+        except (OSError, RuntimeError):
+            pass
+        finally:
+            _free_reserve(path)
+
+    def _close_after_failure(self, handle: Handle) -> bool:
+        """Close the user's file after HDF5 failed to write it; False when it could not.
+
+        After a failed write (a full disk), any other use of the open file
+        can crash the interpreter and damage the file.  The reserve file is
+        freed first, so that HDF5 has room to write the metadata it holds.
+        A file HDF5 cannot close stays open, unused, and is refused to this
+        process from then on.
+        """
+        path = self._locator.url
+        _free_reserve(path)
+        closed = _close_entry(handle.entry)
+        handle.close()
+        if not closed:
+            _BROKEN[path] = self._failed
+        elif not self._pending:
+            self._failed = None  # closed cleanly: a later use reopens the file afresh
+        return closed
 
     # -- attrs and sizes ------------------------------------------------
     def _read_attrs(self) -> dict[str, Any]:
@@ -785,6 +1030,32 @@ class HDF5Array(BlockedArray):
                 return int(self._dataset().id.get_num_chunks()), total
             except (OSError, AttributeError):
                 return None
+
+
+def _nbytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
+    return math.prod(shape) * np.dtype(dtype).itemsize
+
+
+def _close_entry(entry: SharedFile) -> bool:
+    """Close ``entry``'s file after a failed write (its other stores reopen it on next use);
+    False when HDF5 could not close it.
+
+    HDF5 2.0 refuses to close a file whose metadata flush failed ("slist
+    already enabled?") but closes it after one more flush attempt, which
+    writes the metadata it holds once there is space again (the reserve
+    file was freed first).
+    """
+    for name in list(entry.datasets):
+        entry.forget(name)
+    file, entry.file = entry.file, None
+    if file is None or not file.id.valid:
+        return True
+    for step in (file.flush, file.close):
+        try:
+            step()
+        except Exception:
+            pass
+    return not file.id.valid
 
 
 def _remove(path: str) -> None:

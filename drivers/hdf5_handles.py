@@ -19,6 +19,7 @@ them could write the parent's state into its files.
 from __future__ import annotations
 
 import collections
+import errno
 import os
 import threading
 import weakref
@@ -28,7 +29,7 @@ from typing import Any
 
 import h5py
 
-from oocarr.errors import OocarrError, ReadOnlyError, StorageBusyError
+from oocarr.errors import OocarrError, ReadOnlyError, StorageBusyError, WriteError
 from oocarr.store import Locator, corrupt, require_exists
 
 __all__ = [
@@ -184,38 +185,75 @@ if hasattr(os, "register_at_fork"):
     )
 
 
+#: errno values of a file lock held by another process (``flock``/``fcntl``).
+_BUSY_ERRNOS = frozenset({errno.EAGAIN, errno.EWOULDBLOCK})
+#: errno values of a write refused by the filesystem rather than by the file's format.
+_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG, errno.EMFILE})
+
+
 def _open_file(path: str, mode: str, locator: Locator) -> h5py.File:
     """``h5py.File(path, mode)`` with its failures turned into oocarr errors."""
-    url = locator.full_url
     try:
         return h5py.File(path, mode)
     except FileNotFoundError:
         require_exists(False, locator, "file")
         raise
     except OSError as err:
-        text = str(err)
-        writing = mode != "r"
-        if "lock" in text:
-            raise StorageBusyError(
-                f"cannot open {url}: another process has the file open"
-                f"{'' if writing else ' for writing'} (HDF5 file locking); close it there "
-                "first, or set HDF5_USE_FILE_LOCKING=FALSE if you are sure no one writes "
-                "to it concurrently",
-                url=url,
-            ) from None
-        if "already open for read-only" in text:
-            raise ReadOnlyError(
-                f"cannot open {url} for writing: the file is open read-only elsewhere in this "
-                "process (an h5py.File?); close that handle first",
-                url=url,
-            ) from None
-        if isinstance(err, PermissionError) or "ermission denied" in text:
-            raise ReadOnlyError(
-                f"cannot open {url}{' for writing' if writing else ''}: permission denied; "
-                "check the file's permissions" + (" or open it with mode='r'" if writing else ""),
-                url=url,
-            ) from None
-        raise corrupt(locator, f"h5py cannot open the file ({err})") from None
+        raise _open_error(err, mode, locator) from None
+
+
+def _open_error(err: OSError, mode: str, locator: Locator) -> OocarrError:
+    """The oocarr error for ``h5py.File`` failing with ``err``.
+
+    HDF5 reports every failure as an ``OSError`` whose text quotes its own
+    internals (``sblock->base_addr`` of a truncated file contains "lock"), so
+    a lock held elsewhere is recognised by its errno or its exact wording only.
+    """
+    url, text, writing = locator.full_url, str(err), mode != "r"
+    if err.errno in _BUSY_ERRNOS or "unable to lock file" in text:
+        return _lock_error(err, url, writing)
+    if "already open for read-only" in text:
+        return ReadOnlyError(
+            f"cannot open {url} for writing: the file is open read-only elsewhere in this "
+            "process (an h5py.File?); close that handle first",
+            url=url,
+        )
+    if err.errno == errno.EROFS:
+        return ReadOnlyError(
+            f"cannot write {url}: its filesystem is read-only; write to another "
+            "filesystem (reading it with mode='r' works)",
+            url=url,
+        )
+    if isinstance(err, PermissionError) or err.errno in (errno.EACCES, errno.EPERM):
+        return ReadOnlyError(
+            f"cannot open {url}{' for writing' if writing else ''}: permission denied; "
+            "check the file's permissions" + (" or open it with mode='r'" if writing else ""),
+            url=url,
+        )
+    if writing and err.errno in _WRITE_ERRNOS:
+        return WriteError(
+            f"cannot open {url} for writing: {os.strerror(err.errno)}; free space or "
+            "write elsewhere",
+            url=url,
+        )
+    return corrupt(locator, f"h5py cannot open the file ({err})")
+
+
+def _lock_error(err: OSError, url: str, writing: bool) -> OocarrError:
+    if err.errno is not None and err.errno not in _BUSY_ERRNOS:
+        return StorageBusyError(
+            f"cannot open {url}: the filesystem refused HDF5's file lock "
+            f"({os.strerror(err.errno)}); set HDF5_USE_FILE_LOCKING=FALSE if this filesystem "
+            "does not support locks and no one writes to the file concurrently",
+            url=url,
+        )
+    return StorageBusyError(
+        f"cannot open {url}: another process has the file open"
+        f"{'' if writing else ' for writing'} (HDF5 file locking); close it there "
+        "first, or set HDF5_USE_FILE_LOCKING=FALSE if you are sure no one writes "
+        "to it concurrently",
+        url=url,
+    )
 
 
 def _close_quietly(file: h5py.File | None) -> None:

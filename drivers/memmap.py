@@ -15,12 +15,15 @@ temporary name beside the target and renamed into place on commit.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import json
 import math
 import mmap
 import os
 import threading
+import tokenize
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,8 +31,12 @@ import numpy as np
 
 from oocarr.errors import (
     InvalidArgumentError,
+    InvalidStoreError,
     InvalidUrlError,
+    OocarrError,
+    ReadOnlyError,
     UnsupportedDtypeError,
+    WriteError,
 )
 from oocarr.store import (
     BlockedArray,
@@ -37,6 +44,8 @@ from oocarr.store import (
     as_dtype,
     corrupt,
     dtype_token,
+    follow_external_option,
+    follows_external,
     is_bfloat16,
     is_local,
     normalize_container,
@@ -56,11 +65,87 @@ VIEW_ALIGNMENT = 64
 _MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 
 
-def _write_json_atomic(path: str, data: Mapping[str, Any]) -> None:
+#: Largest byte size of an array: NumPy's (and the file system's) sizes are 64-bit signed.
+MAX_NBYTES = 2**63 - 1
+
+_READ_ONLY_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+def _write_json_temp(path: str, data: Mapping[str, Any]) -> str:
+    """Write ``data`` to a fresh temporary beside ``path`` (removed if that fails)."""
     tmp = temp_sibling(path)
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f)
+    except BaseException:
+        _discard(tmp)
+        raise
+    return tmp
+
+
+def _write_json_atomic(path: str, data: Mapping[str, Any]) -> None:
+    os.replace(_write_json_temp(path, data), path)
+
+
+def _storage_error(url: str, action: str, err: OSError) -> OocarrError:
+    """A typed error naming ``url`` for an ``OSError`` met while writing it.
+
+    Examples
+    --------
+    >>> _storage_error("/ro/a.npy", "create", OSError(errno.EROFS, "Read-only file system"))
+    ReadOnlyError('cannot create /ro/a.npy: Read-only file system; write it to a writable location')
+    """
+    reason = err.strerror or str(err)
+    if err.errno in _READ_ONLY_ERRNOS:
+        return ReadOnlyError(
+            f"cannot {action} {url}: {reason}; write it to a writable location", url=url
+        )
+    advice = "free some space or write it elsewhere" if err.errno == errno.ENOSPC else ""
+    return WriteError(
+        f"cannot {action} {url}: {reason}{'; ' + advice if advice else ''}; what was stored "
+        "there before is unchanged",
+        url=url,
+    )
+
+
+def _layout_ints(value: Any, name: str, url: str) -> list[int]:
+    """Non-negative integers from a ``shape=``/``offset=`` option: an int, a sequence of ints,
+    or their text (``"10"``, ``"10,4"``, ``"(10, 4)"``, as ``-O shape=10,4`` gives it)."""
+    items = value
+    if isinstance(value, str):
+        text = value.strip().strip("()[]").strip()
+        items = [part.strip() for part in text.split(",") if part.strip()] if text else []
+    elif np.ndim(value) == 0:
+        items = [value]
+    try:
+        out = [_exact_int(item) for item in items]
+    except (TypeError, ValueError, OverflowError):
+        raise InvalidArgumentError(
+            f"{name}={value!r} for {url} must be non-negative integers, e.g. "
+            f"{name}={'(10, 4)' if name == 'shape' else '128'}",
+            url=url,
+        ) from None
+    if any(n < 0 for n in out):
+        raise InvalidArgumentError(
+            f"{name}={value!r} for {url} has a negative value; give lengths >= 0", url=url
+        )
+    return out
+
+
+def _exact_int(item: Any) -> int:
+    if isinstance(item, (bool, np.bool_)):
+        raise TypeError(item)
+    if isinstance(item, str):
+        return int(item, 10)
+    number = int(item)
+    if number != item:
+        raise ValueError(item)
+    return number
+
+
+def _too_large(shape: tuple[int, ...], itemsize: int) -> bool:
+    """Whether no array of ``shape`` can exist (NumPy counts zero-length axes as 1 here)."""
+    return math.prod(max(n, 1) for n in shape) * max(itemsize, 1) > MAX_NBYTES
 
 
 def _npy_header(path: str) -> tuple[tuple[int, ...], bool, np.dtype, int]:
@@ -99,10 +184,44 @@ def _pread_exactly(fd: int, buffer: np.ndarray, offset: int, locator: Locator) -
         done += got
 
 
+class _Descriptor:
+    """One process's descriptor on a data file, closed by :meth:`close` or, at the latest,
+    when the last store sharing it (a store and its ``with_pages`` views) is collected."""
+
+    __slots__ = ("fd", "pid", "_finalizer", "__weakref__")
+
+    def __init__(self, path: str, flags: int) -> None:
+        self.fd = os.open(path, flags)
+        self.pid = os.getpid()
+        self._finalizer = weakref.finalize(self, _close_fd, self.fd, self.pid)
+        # at exit the operating system closes it; closing it early could pull it from under
+        # a daemon thread still reading
+        self._finalizer.atexit = False
+
+    def close(self) -> None:
+        self._finalizer()
+
+
+def _close_fd(fd: int, pid: int) -> None:
+    if os.getpid() == pid:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
 def _remove(path: str) -> None:
     try:
         os.remove(path)
     except FileNotFoundError:
+        pass
+
+
+def _discard(path: str) -> None:
+    """Remove a temporary file if it is there and can be removed (cleanup after a failure)."""
+    try:
+        os.remove(path)
+    except OSError:
         pass
 
 
@@ -142,8 +261,7 @@ class MemmapArray(BlockedArray):
         self._handle_lock = threading.Lock()
         self._mm: np.memmap | None = None
         self._mm_pid: int | None = None
-        self._fd: int | None = None
-        self._fd_pid: int | None = None
+        self._fd: _Descriptor | None = None
         self._pending_attrs: dict[str, Any] | None = None
         self._order = "C"
 
@@ -170,24 +288,35 @@ class MemmapArray(BlockedArray):
             )
         path = normalize_container(container)
         opts = dict(driver_options or {})
+        kept = follow_external_option(opts, url)
         unknown = set(opts) - {"shape", "dtype", "offset"}
         if unknown:
             raise InvalidArgumentError(
                 f"unknown memmap options {sorted(unknown)} for {url}; it takes shape=, "
-                "dtype= and offset= for raw binary files",
+                "dtype= and offset= for raw binary files, and follow_external=",
                 url=url,
             )
         raw = {}
         if opts or not path.lower().endswith(".npy"):
-            if "offset" in opts and int(opts["offset"]) < 0:
-                raise InvalidArgumentError(f"offset for {url} must be >= 0", url=url)
-            raw = {"raw": True, "offset": int(opts.get("offset", 0))}
-            if "shape" in opts:
-                shape = opts["shape"]
-                raw["shape"] = [int(shape)] if np.ndim(shape) == 0 else [int(n) for n in shape]
+            raw = {"raw": True, "offset": 0}
+            if "offset" in opts:
+                offset = _layout_ints(opts["offset"], "offset", url)
+                if len(offset) != 1:
+                    raise InvalidArgumentError(
+                        f"offset={opts['offset']!r} for {url} must be one integer >= 0", url=url
+                    )
+                raw["offset"] = offset[0]
             if "dtype" in opts:
                 raw["dtype"] = dtype_token(as_dtype(opts["dtype"], url=url))
-        return Locator.make(cls.name, path, "", None, raw)
+            if "shape" in opts:
+                raw["shape"] = _layout_ints(opts["shape"], "shape", url)
+                itemsize = as_dtype(opts["dtype"]).itemsize if "dtype" in opts else 1
+                if _too_large(tuple(raw["shape"]), itemsize):
+                    raise InvalidArgumentError(
+                        f"shape={opts['shape']!r} for {url} is larger than any array can be",
+                        url=url,
+                    )
+        return Locator.make(cls.name, path, "", None, {**raw, **kept})
 
     @classmethod
     def can_open(cls, container, inner, storage_options) -> bool:
@@ -221,6 +350,8 @@ class MemmapArray(BlockedArray):
     def _open(cls, locator: Locator, mode: str) -> MemmapArray:
         path = locator.url
         require_exists(os.path.isfile(path), locator, "file")
+        if os.path.islink(path) and (mode == "r+" or not follows_external(locator)):
+            cls._refuse_link(path, mode)
         if cls._is_raw(locator):
             opts = locator.driver_kwargs
             if "shape" not in opts or "dtype" not in opts:
@@ -246,13 +377,34 @@ class MemmapArray(BlockedArray):
         return store
 
     @staticmethod
+    def _refuse_link(path: str, mode: str) -> None:
+        """A file that is a symbolic link is read through (unless ``follow_external=False``)
+        but never written through: a write changes the file the URL names, not another."""
+        target = os.path.realpath(path)
+        if mode == "r+":
+            raise ReadOnlyError(
+                f"cannot open {path} for writing: it is a symbolic link to {target}, and oocarr "
+                "writes only the file a URL names; open the target's own path, or replace the "
+                "link by a copy",
+                url=path,
+            )
+        raise InvalidStoreError(
+            f"cannot read {path} with follow_external=False: it is a symbolic link to {target}",
+            url=path,
+        )
+
+    @staticmethod
     def _read_npy_header(locator: Locator) -> tuple[tuple[int, ...], np.dtype, int, str]:
         path = locator.url
         try:
             shape, fortran, dtype, offset = _npy_header(path)
-        except (ValueError, OSError, SyntaxError) as err:
+        except (ValueError, OSError, SyntaxError, tokenize.TokenError) as err:
             raise corrupt(locator, f"not a readable .npy file ({err})") from None
         dtype = as_dtype(dtype, url=path)
+        if any(n < 0 for n in shape):
+            raise corrupt(locator, f"the header's shape {tuple(shape)} has a negative length")
+        if _too_large(tuple(shape), dtype.itemsize):
+            raise corrupt(locator, f"the header's shape {tuple(shape)} is larger than any array")
         need = offset + math.prod(shape) * dtype.itemsize
         have = os.path.getsize(path)
         if have < need:
@@ -275,6 +427,13 @@ class MemmapArray(BlockedArray):
                 "(driver='memmap', shape=, dtype='bfloat16') or in Zarr",
                 url=path,
             )
+        for taken in (path, path + ATTRS_SUFFIX):
+            if os.path.lexists(taken) and not os.path.isfile(taken):
+                raise InvalidArgumentError(
+                    f"cannot create {path}: {taken} exists and is not a file (a directory?); "
+                    "remove it or pick another name",
+                    url=path,
+                )
         tmp = temp_sibling(path)
         try:
             if raw:
@@ -306,8 +465,8 @@ class MemmapArray(BlockedArray):
                 np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape).flush()
                 offset = _npy_header(tmp)[3]
         except OSError as err:
-            _remove(tmp)
-            raise InvalidArgumentError(f"cannot create {path}: {err}", url=path) from None
+            _discard(tmp)
+            raise _storage_error(path, "create", err) from err
         store = cls(locator, shape, dtype, mode="r+", data_path=tmp, offset=offset, pending=True)
         store._pending_attrs = dict(attrs)
         return store
@@ -346,14 +505,13 @@ class MemmapArray(BlockedArray):
     def _file(self) -> int:
         """This process's file descriptor on the data file."""
         with self._handle_lock:
-            if self._fd is None or self._fd_pid != os.getpid():
+            if self._fd is None or self._fd.pid != os.getpid():
                 flags = os.O_RDONLY if self.readonly else os.O_RDWR
                 try:
-                    self._fd = os.open(self._data_path, flags)
+                    self._fd = _Descriptor(self._data_path, flags)
                 except OSError as err:
                     raise corrupt(self.locator, f"cannot open the file ({err})") from None
-                self._fd_pid = os.getpid()
-            return self._fd
+            return self._fd.fd
 
     # Reads and writes of C-ordered files go through pread/pwrite rather than a mapping:
     # pages of a mapping stay resident in the process (and count in its RSS) until it is
@@ -392,20 +550,29 @@ class MemmapArray(BlockedArray):
 
     def _write(self, region, value) -> None:
         if self._order == "F":
-            self._ensure_mapped()[region] = value
+            try:
+                self._ensure_mapped()[region] = value
+            except OSError as err:
+                raise _storage_error(self.url, "write to", err) from err
             return
         fd, data, pos = self._file(), value.reshape(-1).view(np.uint8), 0
         for offset, nbytes in _runs(self.shape, region, self.itemsize):
             view = memoryview(data[pos : pos + nbytes])
             written = 0
             while written < nbytes:
-                written += os.pwrite(fd, view[written:], self._offset + offset + written)
+                try:
+                    written += os.pwrite(fd, view[written:], self._offset + offset + written)
+                except OSError as err:
+                    raise _storage_error(self.url, "write to", err) from err
             pos += nbytes
 
     def _flush(self) -> None:
         with self._handle_lock:
             if self._mm is not None and self._mm_pid == os.getpid():
-                self._mm.flush()
+                try:
+                    self._mm.flush()
+                except OSError as err:
+                    raise _storage_error(self.url, "write to", err) from err
 
     def _release(self) -> None:
         with self._handle_lock:
@@ -413,17 +580,25 @@ class MemmapArray(BlockedArray):
                 self._mm.flush()
             self._mm = None
             self._mm_pid = None
-            if self._fd is not None and self._fd_pid == os.getpid():
-                os.close(self._fd)
+            if self._fd is not None:
+                self._fd.close()
             self._fd = None
-            self._fd_pid = None
 
     def _commit(self) -> None:
         self._release()
         path = self.locator.url
-        os.replace(self._data_path, path)
-        if self._pending_attrs:
-            _write_json_atomic(path + ATTRS_SUFFIX, self._pending_attrs)
+        attrs_tmp = None
+        try:
+            # both files are written before either replaces what was there
+            if self._pending_attrs:
+                attrs_tmp = _write_json_temp(path + ATTRS_SUFFIX, self._pending_attrs)
+            os.replace(self._data_path, path)
+        except OSError as err:
+            if attrs_tmp is not None:
+                _discard(attrs_tmp)
+            raise _storage_error(path, "commit", err) from err
+        if attrs_tmp is not None:
+            os.replace(attrs_tmp, path + ATTRS_SUFFIX)
         else:
             _remove(path + ATTRS_SUFFIX)
         self._pending_attrs = None
@@ -431,7 +606,7 @@ class MemmapArray(BlockedArray):
 
     def _abort(self) -> None:
         self._release()
-        _remove(self._data_path)
+        _discard(self._data_path)
         self._pending_attrs = None
 
     # -- attrs and sizes ------------------------------------------------
@@ -451,10 +626,14 @@ class MemmapArray(BlockedArray):
     def _write_attrs(self, attrs: dict[str, Any]) -> None:
         if self._pending_attrs is not None:
             self._pending_attrs = dict(attrs)
-        elif attrs:
-            _write_json_atomic(self.locator.url + ATTRS_SUFFIX, attrs)
-        else:
-            _remove(self.locator.url + ATTRS_SUFFIX)
+            return
+        try:
+            if attrs:
+                _write_json_atomic(self.locator.url + ATTRS_SUFFIX, attrs)
+            else:
+                _remove(self.locator.url + ATTRS_SUFFIX)
+        except OSError as err:
+            raise _storage_error(self.url, "write the attrs of", err) from err
 
     def _stored_nbytes(self) -> int | None:
         try:

@@ -243,7 +243,32 @@ def _level(config: dict[str, Any], name: str, locator: Locator) -> int:
     level = config.get("level", DEFAULT_LEVELS[name] if name == "gzip" else 0)
     if isinstance(level, bool) or not isinstance(level, int):
         raise corrupt(locator, f"{name} level {level!r} is not an integer")
+    low, high = LEVEL_RANGES[name]
+    if not low <= level <= high:
+        raise corrupt(locator, f"{name} level {level} is outside {low}..{high}")
     return level
+
+
+def _checksum(config: dict[str, Any], locator: Locator) -> bool:
+    checksum = config.get("checksum", False)
+    if not isinstance(checksum, bool):
+        raise corrupt(locator, f"zstd checksum {checksum!r} is not true or false")
+    return checksum
+
+
+def _order(config: dict[str, Any], ndim: int, locator: Locator) -> tuple[int, ...]:
+    order = config.get("order")
+    if order == "C":
+        order = list(range(ndim))
+    elif order == "F":
+        order = list(range(ndim))[::-1]
+    if (
+        not isinstance(order, list)
+        or not all(isinstance(i, int) and not isinstance(i, bool) for i in order)
+        or sorted(order) != list(range(ndim))
+    ):
+        raise corrupt(locator, f"transpose order {order!r} is not a permutation")
+    return tuple(order)
 
 
 def parse_codecs(entries: Any, dtype: np.dtype, ndim: int, locator: Locator) -> CodecPipeline:
@@ -269,14 +294,7 @@ def parse_codecs(entries: Any, dtype: np.dtype, ndim: int, locator: Locator) -> 
         if name == "transpose":
             if big_endian is not None:
                 raise corrupt(locator, "the transpose codec comes after the bytes codec")
-            order = config.get("order")
-            if order == "C":
-                order = list(range(ndim))
-            elif order == "F":
-                order = list(range(ndim))[::-1]
-            if not isinstance(order, list) or sorted(order) != list(range(ndim)):
-                raise corrupt(locator, f"transpose order {order!r} is not a permutation")
-            orders.append(tuple(order))
+            orders.append(_order(config, ndim, locator))
         elif name == "bytes":
             if big_endian is not None:
                 raise corrupt(locator, "the codecs list has two array-to-bytes codecs")
@@ -291,8 +309,8 @@ def parse_codecs(entries: Any, dtype: np.dtype, ndim: int, locator: Locator) -> 
                 crc32c = _load_crc32c(locator)
                 compressors.append(_BytesCodec("crc32c"))
             else:
-                checksum = bool(config.get("checksum", False))
-                compressors.append(_BytesCodec(name, _level(config, name, locator), checksum))
+                level, checksum = _level(config, name, locator), _checksum(config, locator)
+                compressors.append(_BytesCodec(name, level, checksum))
         else:
             raise UnsupportedCompressionError(
                 f"{locator.full_url} uses the Zarr codec {name!r}, which oocarr's fsspec driver "

@@ -19,6 +19,7 @@ commit, so a half-written array never opens.  See ``docs/drivers/fsspec.md``.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import json
@@ -42,6 +43,7 @@ from oocarr.errors import (
     InvalidStoreError,
     InvalidUrlError,
     MissingDependencyError,
+    OocarrError,
     ReadOnlyError,
     UnsupportedCompressionError,
 )
@@ -49,11 +51,16 @@ from oocarr.store import (
     DEFAULT_CHUNK_BYTES,
     BlockedArray,
     Locator,
+    check_within,
+    follow_external_option,
+    follows_external,
     grow_block,
     is_local,
     normalize_container,
     require_exists,
+    storage_error,
 )
+from oocarr_drivers.chunk_runs import read_chunk_region
 from oocarr_drivers.claims import ZARR_SUFFIXES, zarr_can_open
 from oocarr_drivers.zarr_codecs import LEVEL_RANGES, CodecPipeline, chunk_error
 from oocarr_drivers.zarr_meta import (
@@ -64,6 +71,7 @@ from oocarr_drivers.zarr_meta import (
     group_document,
     parse_array,
     parse_document,
+    read_document,
     zarr_type_name,
 )
 
@@ -138,13 +146,6 @@ def _read_only_fs(fs: fsspec.AbstractFileSystem) -> bool:
     return isinstance(fs, AbstractArchiveFileSystem)
 
 
-def _cat_or_none(fs: fsspec.AbstractFileSystem, key: str) -> bytes | None:
-    try:
-        return fs.cat_file(key)
-    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-        return None
-
-
 def _rm(fs: fsspec.AbstractFileSystem, path: str) -> None:
     try:
         fs.rm(path, recursive=True)
@@ -168,6 +169,14 @@ def _write_json(fs: fsspec.AbstractFileSystem, key: str, doc: dict[str, Any]) ->
         raise
 
 
+class _NotAChunk(Exception):
+    """A chunk key names a directory (or runs through a file): the store is damaged."""
+
+    def __init__(self, key: str, err: OSError) -> None:
+        super().__init__(key, err)
+        self.key, self.err = key, err
+
+
 def _fetch(fs: fsspec.AbstractFileSystem, keys: list[str], url: str) -> dict[str, bytes | None]:
     """The stored bytes of each key (``None`` when absent), fetched concurrently where possible."""
     if len(keys) > 1 and fs.async_impl and not any(_GLOB_CHARS.search(k) for k in keys):
@@ -180,6 +189,8 @@ def _fetch(fs: fsspec.AbstractFileSystem, keys: list[str], url: str) -> dict[str
                 rest.append(key)  # named differently by the backend: fetch it on its own
             elif isinstance(value, FileNotFoundError):
                 out[key] = None
+            elif isinstance(value, (IsADirectoryError, NotADirectoryError)):
+                raise _NotAChunk(key, value)
             elif isinstance(value, BaseException):
                 value.add_note(f"while reading chunk {key!r} of {url}")
                 raise value
@@ -193,6 +204,8 @@ def _fetch(fs: fsspec.AbstractFileSystem, keys: list[str], url: str) -> dict[str
             out[key] = fs.cat_file(key)
         except FileNotFoundError:
             out[key] = None
+        except (IsADirectoryError, NotADirectoryError) as err:
+            raise _NotAChunk(key, err) from None
         except OSError as err:
             err.add_note(f"while reading chunk {key!r} of {url}")
             raise
@@ -229,14 +242,17 @@ def _store(fs: fsspec.AbstractFileSystem, blobs: dict[str, bytes]) -> None:
         fs.pipe(blobs)
     else:
         for key, data in blobs.items():
-            fs.pipe_file(key, data)
+            try:
+                fs.pipe_file(key, data)
+            except (IsADirectoryError, NotADirectoryError) as err:
+                raise _NotAChunk(key, err) from None
 
 
 def _probe(fs: fsspec.AbstractFileSystem, prefix: str, locator: Locator) -> tuple[str, str]:
     """What is at ``prefix``: ``array``, ``group``, ``other`` (a broken or v2 array),
     ``leftover`` (chunks of an unfinished create), ``empty`` or ``foreign``; plus a description.
     """
-    raw = _cat_or_none(fs, _join(prefix, META_KEY))
+    raw = read_document(fs, _join(prefix, META_KEY), locator)
     if raw is not None:
         try:
             doc = parse_document(raw, locator)
@@ -262,6 +278,38 @@ def _probe(fs: fsspec.AbstractFileSystem, prefix: str, locator: Locator) -> tupl
     if all(n == "c" or n.startswith(f".{META_KEY}.tmp-") for n in names):
         return "leftover", "chunks of an unfinished create"
     return "foreign", "files that are not a Zarr array (" + ", ".join(sorted(names)[:3]) + ")"
+
+
+#: Names an array's own directory holds: metadata, chunk keys (``c``, ``c.0.1``, ``0.1``).
+_OWN_NAME = re.compile(r"zarr\.json|\.zarray|\.zattrs|c|c\..*|\d+(\.\d+)*|\..*")
+
+
+def _check_no_strangers(fs: fsspec.AbstractFileSystem, prefix: str, url: str) -> None:
+    """Refuse to replace the array at ``prefix`` while its directory holds anything that is not
+    the array's (another array written inside it): replacing it would delete that too."""
+    try:
+        names = [_split(e.rstrip("/"))[1] for e in fs.ls(prefix, detail=False, refresh=True)]
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    strangers = sorted(n for n in names if not _OWN_NAME.fullmatch(n))
+    if strangers:
+        raise InvalidArgumentError(
+            f"cannot replace {url}: its directory also holds {', '.join(strangers[:3])}, which "
+            "is not part of the array (an array stored inside it?), and replacing the array "
+            "would delete it; move it out first",
+            url=url,
+        )
+
+
+@contextlib.contextmanager
+def _storage_failures(action: str, url: str) -> Iterator[None]:
+    """Turn the operating system's errors (full disk, read-only filesystem) into oocarr's."""
+    try:
+        yield
+    except OSError as err:
+        if isinstance(err, OocarrError):
+            raise
+        raise storage_error(action, url, err) from err
 
 
 def _codec_pool() -> ThreadPoolExecutor:
@@ -331,6 +379,9 @@ class ZarrArray(BlockedArray):
         self._fs_obj = fs
         self._fs_pid = os.getpid() if fs is not None else None
         self._new_dirs: list[str] = []
+        self._follow = follows_external(locator)
+        # Local directories checked to lie inside the container (chunk writes never leave it).
+        self._inside: set[str] = set()
 
     # -- locating ------------------------------------------------------
     @classmethod
@@ -339,10 +390,13 @@ class ZarrArray(BlockedArray):
 
     @classmethod
     def locate(cls, container, inner, storage_options=None, driver_options=None) -> Locator:
+        driver_options = dict(driver_options or {})
+        kept = follow_external_option(driver_options, container)
         if driver_options:
             raise InvalidArgumentError(
-                f"the fsspec driver takes no driver options (got {sorted(driver_options)}) for "
-                f"{container}; pass fsspec settings as storage_options=",
+                f"the fsspec driver takes no driver options but follow_external (got "
+                f"{sorted(driver_options)}) for {container}; pass fsspec settings as "
+                "storage_options=",
                 url=container,
             )
         segments = container.split("::")
@@ -357,7 +411,7 @@ class ZarrArray(BlockedArray):
         container = normalize_container("::".join(segments))
         if not is_local(container) and "::" not in container:
             container = re.sub(r"(?<=[^:/])/+$", "", container)
-        return Locator.make(cls.name, container, inner, storage_options)
+        return Locator.make(cls.name, container, inner, storage_options, kept)
 
     @classmethod
     def supports_dtype(cls, dtype) -> bool:
@@ -384,7 +438,7 @@ class ZarrArray(BlockedArray):
                 "with mode='r' or copy it to a directory to write",
                 url=locator.full_url,
             )
-        raw = _cat_or_none(fs, _join(prefix, META_KEY))
+        raw = read_document(fs, _join(prefix, META_KEY), locator)
         if raw is None:
             if fs.exists(_join(prefix, ".zarray")) or fs.exists(_join(prefix, ".zgroup")):
                 raise InvalidStoreError(
@@ -416,7 +470,7 @@ class ZarrArray(BlockedArray):
         parts = [p for p in locator.path.split("/") if p][:-1]
         parents = [_join(base, "/".join(parts[:i])) for i in range(len(parts) + 1)]
         for parent in parents:
-            raw = _cat_or_none(fs, _join(parent, META_KEY))
+            raw = read_document(fs, _join(parent, META_KEY), locator)
             try:
                 node = None if raw is None else parse_document(raw, locator)["node_type"]
             except InvalidStoreError as err:
@@ -460,6 +514,7 @@ class ZarrArray(BlockedArray):
                 raise AlreadyExistsError(
                     f"{url} already holds {what}; pass overwrite=True to replace it", url=url
                 )
+            _check_no_strangers(fs, prefix, url)
             data_prefix = _hidden_sibling(prefix, locator)
         else:
             if state == "leftover":
@@ -506,7 +561,7 @@ class ZarrArray(BlockedArray):
     @classmethod
     def exists(cls, locator: Locator) -> bool:
         fs, base = _filesystem(locator)
-        raw = _cat_or_none(fs, _join(cls._prefix_of(locator, base), META_KEY))
+        raw = read_document(fs, _join(cls._prefix_of(locator, base), META_KEY), locator)
         if raw is None:
             return False
         try:
@@ -516,6 +571,11 @@ class ZarrArray(BlockedArray):
 
     @classmethod
     def delete(cls, locator: Locator) -> None:
+        with _storage_failures("deleting", locator.full_url):
+            cls._delete(locator)
+
+    @classmethod
+    def _delete(cls, locator: Locator) -> None:
         fs, base = _filesystem(locator)
         prefix = cls._prefix_of(locator, base)
         state, what = _probe(fs, prefix, locator)
@@ -548,6 +608,22 @@ class ZarrArray(BlockedArray):
     def _key(self, index: tuple[int, ...]) -> str:
         return _join(self._data_prefix, self._meta.key_encoding.key(index))
 
+    def _guard(self, fs, keys: list[str], *, writing: bool) -> None:
+        """Refuse chunk keys of a local array that lead out of its container through a symbolic
+        link: always for writes, for reads with ``follow_external=False``."""
+        if not isinstance(fs, LocalFileSystem) or not (writing or not self._follow):
+            return
+        own = self._data_prefix != self._prefix  # a fresh hidden directory of this store
+        root = fs._strip_protocol(self._data_prefix if own else self._base)
+        for key in keys:
+            path = fs._strip_protocol(key)
+            parent = os.path.dirname(path)
+            if parent not in self._inside:
+                check_within(parent, root, self.url, writing=writing)
+                self._inside.add(parent)
+            if os.path.islink(path):
+                check_within(path, root, self.url, writing=writing)
+
     def _overlap(self, index, region) -> tuple[tuple[slice, ...], tuple[slice, ...], bool]:
         """Slices of chunk ``index`` and of the region where they meet, and whether the
         region covers the chunk's part of the array entirely."""
@@ -576,17 +652,23 @@ class ZarrArray(BlockedArray):
         return [fn(item) for item in items]
 
     def read_overhead(self, shape) -> int:
-        """Uncompressed local chunks: one reused chunk buffer per thread; otherwise also one
-        batch of encoded chunks fetched (one decoded chunk per codec thread)."""
+        """Uncompressed local chunks: none (read straight into the caller's buffer);
+        otherwise one batch of encoded chunks fetched and one decoded chunk per codec thread."""
+        if self._meta.codecs.plain and isinstance(self._fs(), LocalFileSystem):
+            return 0
         chunks = math.prod(-(-max(1, s) // max(1, c)) for s, c in zip(shape, self._chunks))
         nbytes = self._meta.chunk_nbytes
         decoding = min(CODEC_THREADS, chunks) * nbytes
-        if self._meta.codecs.plain and isinstance(self._fs(), LocalFileSystem):
-            return decoding
         fetched = min(chunks, max(1, min(BATCH_KEYS, BATCH_BYTES // max(1, nbytes)))) * nbytes
         return fetched + decoding
 
     def _read(self, region, out) -> None:
+        try:
+            self._read_chunks(region, out)
+        except _NotAChunk as err:
+            raise chunk_error(self._locator, err.key, err.err) from None
+
+    def _read_chunks(self, region, out) -> None:
         fs = self._fs()
         if isinstance(fs, LocalFileSystem) and self._meta.codecs.plain:
             self._read_local(fs, region, out)
@@ -602,40 +684,36 @@ class ZarrArray(BlockedArray):
 
         for batch in _batches(self._indices(region), self._meta.chunk_nbytes):
             keys = [self._key(index) for index in batch]
+            self._guard(fs, keys, writing=False)
             found = _fetch(fs, keys, self.url)
             self._map(fill, [(index, key, found[key]) for index, key in zip(batch, keys)])
 
     def _read_local(self, fs: LocalFileSystem, region, out: np.ndarray) -> None:
-        """Read uncompressed chunks of a local array with ``readinto``, several at a time:
-        straight into ``out`` when a whole chunk lands contiguously there, else through one
-        reused chunk buffer per thread (fresh buffers cost a page fault per page)."""
+        """Read uncompressed chunks of a local array, several at a time: a whole chunk that
+        lands contiguously in ``out`` with one ``readinto``, part of a chunk as the byte runs
+        of that part (``pread`` straight into ``out``), so no chunk-sized buffer is held and a
+        chunk larger than the memory budget streams within it."""
         nbytes = self._meta.chunk_nbytes
-        spare: list[np.ndarray] = []
-        lock = threading.Lock()
+        dtype = np.dtype(self._dtype)
 
         def fill(index: tuple[int, ...]) -> None:
             key = self._key(index)
             in_chunk, in_out, whole = self._overlap(index, region)
             target = out[(*in_out, ...)]  # a view even of a 0-d array
             full = all(s.stop - s.start == c for s, c in zip(in_chunk, self._chunks))
-            direct = whole and full and target.flags.c_contiguous
-            with lock:
-                buffer = target if direct else (spare.pop() if spare else None)
-            if buffer is None:
-                buffer = np.empty(self._chunks, self._dtype)
+            path = fs._strip_protocol(key)
             try:
-                if not _read_file_into(fs._strip_protocol(key), buffer):
+                if whole and full and target.flags.c_contiguous:
+                    found = _read_file_into(path, target)
+                else:
+                    found = read_chunk_region(path, self._chunks, dtype, in_chunk, target)
+                if not found:
                     target[...] = self._meta.fill_value
-                elif not direct:
-                    target[...] = buffer[in_chunk]
-            except ValueError as err:
+            except (ValueError, IsADirectoryError, NotADirectoryError) as err:
                 raise chunk_error(self._locator, key, err) from None
-            finally:
-                if not direct:
-                    with lock:
-                        spare.append(buffer)
 
         indices = list(self._indices(region))
+        self._guard(fs, [self._key(index) for index in indices], writing=False)
         if len(indices) > 1 and nbytes >= LOCAL_PARALLEL_BYTES:
             list(_codec_pool().map(fill, indices))
         else:
@@ -646,6 +724,13 @@ class ZarrArray(BlockedArray):
         return np.full(self._chunks, self._meta.fill_value, dtype=self._dtype)
 
     def _write(self, region, value) -> None:
+        try:
+            with _storage_failures("writing", self.url):
+                self._write_chunks(region, value)
+        except _NotAChunk as err:
+            raise chunk_error(self._locator, err.key, err.err) from None
+
+    def _write_chunks(self, region, value) -> None:
         fs = self._fs()
 
         def encode(item) -> bytes:
@@ -663,8 +748,10 @@ class ZarrArray(BlockedArray):
                 in_chunk, in_value, covered = self._overlap(index, region)
                 (whole if covered else partial).append((index, in_chunk, in_value))
             if whole:
+                keys = [self._key(index) for index, _, _ in whole]
+                self._guard(fs, keys, writing=True)
                 blobs = self._map(encode, [(c, v) for _, c, v in whole])
-                _store(fs, {self._key(index): b for (index, _, _), b in zip(whole, blobs)})
+                _store(fs, dict(zip(keys, blobs)))
             if partial:
                 self._read_modify_write(fs, partial, value)
 
@@ -677,6 +764,7 @@ class ZarrArray(BlockedArray):
 
         with self._chunk_lock:
             keys = [self._key(index) for index, _, _ in partial]
+            self._guard(fs, keys, writing=True)
             found = _fetch(fs, keys, self.url)
             items = [(k, found[k], c, v) for k, (_, c, v) in zip(keys, partial)]
             _store(fs, dict(zip(keys, self._map(update, items))))
@@ -694,10 +782,14 @@ class ZarrArray(BlockedArray):
         )
 
     def _commit(self) -> None:
+        with _storage_failures("committing", self.url):
+            self._publish()
+
+    def _publish(self) -> None:
         fs = self._fs()
         doc = self._document()
         for parent in self._check_parents(fs, self._base, self._locator):
-            if _cat_or_none(fs, _join(parent, META_KEY)) is None:
+            if read_document(fs, _join(parent, META_KEY), self._locator) is None:
                 _write_json(fs, _join(parent, META_KEY), group_document())
         if self._data_prefix == self._prefix:
             _write_json(fs, _join(self._prefix, META_KEY), doc)
@@ -736,11 +828,16 @@ class ZarrArray(BlockedArray):
         _write_json(fs, _join(self._prefix, META_KEY), doc)
 
     def _abort(self) -> None:
-        fs = self._fs()
-        if self._data_prefix != self._prefix:
-            _rm(fs, self._data_prefix)
-        else:
-            _rm(fs, _join(self._prefix, "c"))
+        """Remove what the pending array wrote, as far as the storage lets it (a failed write
+        is reported by whoever raised it, not hidden by a failed clean-up)."""
+        try:
+            fs = self._fs()
+            if self._data_prefix != self._prefix:
+                _rm(fs, self._data_prefix)
+            else:
+                _rm(fs, _join(self._prefix, "c"))
+        except OSError:
+            pass
         for path in self._new_dirs:
             try:
                 fs.rmdir(path)
@@ -756,7 +853,8 @@ class ZarrArray(BlockedArray):
         if not self._pending:
             doc = dict(self._meta.document)
             doc["attributes"] = attrs
-            _write_json(self._fs(), _join(self._prefix, META_KEY), doc)
+            with _storage_failures("writing the attributes of", self.url):
+                _write_json(self._fs(), _join(self._prefix, META_KEY), doc)
             self._meta.document = doc
         self._meta.attrs = copy.deepcopy(attrs)
 
@@ -790,7 +888,7 @@ class ZarrArray(BlockedArray):
         locator = cls.locate(container, inner, storage_options)
         fs, base = _filesystem(locator)
         prefix = cls._prefix_of(locator, base)
-        root = _cat_or_none(fs, _join(prefix, META_KEY))
+        root = read_document(fs, _join(prefix, META_KEY), locator)
         if root is None:
             if fs.exists(_join(prefix, ".zarray")) or fs.exists(_join(prefix, ".zgroup")):
                 raise InvalidStoreError(
@@ -812,7 +910,7 @@ class ZarrArray(BlockedArray):
                 group = {"path": path, "url": node.full_url, "kind": "group"}
                 found.append(group | {"shape": None, "dtype": None, "chunks": None})
             for child in _child_prefixes(fs, node_prefix):
-                raw = _cat_or_none(fs, _join(child, META_KEY))
+                raw = read_document(fs, _join(child, META_KEY), locator)
                 if raw is not None:
                     pending.append((child, f"{path}/{_split(child)[1]}", raw))
         return sorted(found, key=lambda e: e["path"].split("/"))

@@ -17,19 +17,22 @@ from typing import Any
 import numpy as np
 
 from oocarr.errors import InvalidStoreError
-from oocarr.store import BFLOAT16, Locator, corrupt, is_bfloat16
+from oocarr.store import BFLOAT16, Locator, check_layout, corrupt, is_bfloat16
 from oocarr_drivers.zarr_codecs import CodecPipeline, parse_codecs
 
 __all__ = [
     "DATA_TYPES",
     "ArrayMeta",
     "KeyEncoding",
+    "MAX_DEPTH",
+    "MAX_DOCUMENT_BYTES",
     "array_document",
     "decode_fill_value",
     "encode_fill_value",
     "group_document",
     "parse_array",
     "parse_document",
+    "read_document",
     "zarr_type_name",
 ]
 
@@ -51,6 +54,11 @@ DATA_TYPES: dict[str, np.dtype] = {
     "complex128": np.dtype("<c16"),
     "bfloat16": BFLOAT16,
 }
+
+#: Largest ``zarr.json`` read: metadata is small, and a larger file is corrupt or hostile.
+MAX_DOCUMENT_BYTES = 16 * 2**20
+#: Deepest nesting of lists and objects in ``zarr.json`` (attributes included).
+MAX_DEPTH = 256
 
 _SPECIAL_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
@@ -129,7 +137,11 @@ def _float_from_json(value: Any, dtype: np.dtype) -> Any:
     if isinstance(value, bool):
         raise ValueError(f"{value!r} is not a float")
     if isinstance(value, (int, float)):
-        return dtype.type(value)
+        with np.errstate(over="ignore"):
+            out = dtype.type(value)
+        if math.isfinite(value) and not np.isfinite(out):
+            raise ValueError(f"{value!r} is out of range for {dtype.name}")
+        return out
     if isinstance(value, str) and value in _SPECIAL_FLOATS:
         return dtype.type(_SPECIAL_FLOATS[value])
     if isinstance(value, str) and value.lower().startswith("0x"):
@@ -235,23 +247,90 @@ def _unsupported(locator: Locator, detail: str) -> InvalidStoreError:
     )
 
 
+def read_document(fs: Any, key: str, locator: Locator) -> bytes | None:
+    """The bytes of the metadata document at ``key`` on fsspec filesystem ``fs``, ``None``
+    when there is none; at most :data:`MAX_DOCUMENT_BYTES` are read.
+
+    Raises
+    ------
+    InvalidStoreError
+        When the document is larger than :data:`MAX_DOCUMENT_BYTES`.
+
+    Examples
+    --------
+    >>> import fsspec
+    >>> fs = fsspec.filesystem("memory")
+    >>> fs.pipe_file("/doc-example/zarr.json", b"{}")
+    >>> read_document(fs, "/doc-example/zarr.json", Locator.make("fsspec", "memory://x"))
+    b'{}'
+    >>> read_document(fs, "/doc-example/none.json", Locator.make("fsspec", "memory://x"))
+    """
+    try:
+        raw = fs.cat_file(key, start=0, end=MAX_DOCUMENT_BYTES + 1)
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return None
+    if len(raw) > MAX_DOCUMENT_BYTES:
+        raise _too_large(locator)
+    return raw
+
+
+def _too_large(locator: Locator) -> InvalidStoreError:
+    return corrupt(
+        locator,
+        f"its zarr.json is larger than {MAX_DOCUMENT_BYTES // 2**20} MiB, which no array's "
+        "metadata needs (move large attributes into an array of their own)",
+    )
+
+
+def _depth_problem(doc: Any) -> bool:
+    """Whether lists and objects nest deeper than :data:`MAX_DEPTH` (walked without recursion)."""
+    pending = [(doc, 1)]
+    while pending:
+        value, depth = pending.pop()
+        if depth > MAX_DEPTH:
+            return True
+        if isinstance(value, dict):
+            pending.extend((v, depth + 1) for v in value.values() if isinstance(v, (dict, list)))
+        elif isinstance(value, list):
+            pending.extend((v, depth + 1) for v in value if isinstance(v, (dict, list)))
+    return False
+
+
 def parse_document(raw: bytes, locator: Locator) -> dict[str, Any]:
     """Decode ``zarr.json`` bytes into a Zarr v3 node document (array or group).
 
     Raises
     ------
     InvalidStoreError
-        When the bytes are not a JSON object, or not Zarr v3 metadata.
+        When the bytes are not a UTF-8 JSON object of Zarr v3 metadata, are larger than
+        :data:`MAX_DOCUMENT_BYTES`, or nest deeper than :data:`MAX_DEPTH`.
+
+    Examples
+    --------
+    >>> loc = Locator.make("fsspec", "/a.zarr")
+    >>> parse_document(b'{"zarr_format": 3, "node_type": "group"}', loc)["node_type"]
+    'group'
+    >>> try:
+    ...     parse_document(b"[" * 100_000, loc)
+    ... except InvalidStoreError as err:
+    ...     print(str(err)[:60])
+    /a.zarr is not a valid fsspec array: zarr.json is not JSON (
     """
+    if len(raw) > MAX_DOCUMENT_BYTES:
+        raise _too_large(locator)
     try:
-        doc = json.loads(raw)
-    except (UnicodeDecodeError, ValueError) as err:
-        raise corrupt(locator, f"zarr.json is not JSON ({err})") from None
+        text = raw.decode("utf-8") if isinstance(raw, (bytes, bytearray, memoryview)) else raw
+        doc = json.loads(text)
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:
+        detail = "nesting too deep" if isinstance(err, RecursionError) else err
+        raise corrupt(locator, f"zarr.json is not JSON ({detail})") from None
     if not isinstance(doc, dict):
         raise corrupt(locator, "zarr.json does not hold a JSON object")
+    if _depth_problem(doc):
+        raise corrupt(locator, f"zarr.json nests lists and objects over {MAX_DEPTH} deep")
     if "zarr_format" not in doc:
         raise corrupt(locator, "zarr.json has no 'zarr_format' field")
-    if doc["zarr_format"] != 3:
+    if doc["zarr_format"] != 3 or isinstance(doc["zarr_format"], bool):
         raise corrupt(
             locator,
             f"zarr.json says zarr_format {doc['zarr_format']!r}; only Zarr v3 is supported",
@@ -297,6 +376,7 @@ def parse_array(doc: dict[str, Any], locator: Locator) -> ArrayMeta:
     chunks = _int_list(grid_config.get("chunk_shape"), "chunk_shape", locator, 1)
     if len(chunks) != len(shape):
         raise corrupt(locator, f"chunk_shape {list(chunks)} does not match shape {list(shape)}")
+    check_layout(shape, dtype.itemsize, chunks, locator.full_url)
 
     enc_name, enc_config = _name_and_config(
         doc["chunk_key_encoding"], "chunk_key_encoding", locator

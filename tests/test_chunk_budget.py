@@ -104,10 +104,18 @@ def test_the_refusal_comes_before_reading_the_chunk(big_chunks):
     assert result["growth"] < 8 << 20
 
 
-def test_a_npy_array_streams_within_the_budget_whatever_its_size(tmp_path):
-    """``.npy`` is read in sub-chunk regions: a 64 MiB array sums under a 4 MB budget."""
-    path = str(tmp_path / "a.npy")
-    np.save(path, np.ones(N * 4, "f4"))
+@pytest.mark.parametrize("kind", ["npy", "zarr-uncompressed"])
+def test_uncompressed_storage_streams_within_the_budget_whatever_its_chunk(kind, tmp_path):
+    """``.npy`` and uncompressed local Zarr chunks are read in sub-chunk regions: a 64 MiB
+    array (one chunk, written by zarr-python) sums under a 4 MB budget."""
+    if kind == "npy":
+        path = str(tmp_path / "a.npy")
+        np.save(path, np.ones(N * 4, "f4"))
+    else:
+        zarr = pytest.importorskip("zarr")
+        path = str(tmp_path / "a.zarr")
+        arr = zarr.create_array(path, shape=(N * 4,), chunks=(N * 4,), dtype="f4", compressors=None)
+        arr[:] = np.ones(N * 4, "f4")
     script = """
         import json, sys, gc, numpy as np, oocarr
         x = oocarr.open(sys.argv[1])

@@ -325,6 +325,7 @@ def test_an_interrupted_update_leaves_the_old_values(tmp_path, monkeypatch):
     with oocarr.memory_budget(4 * 4 * 40), pytest.raises(KeyboardInterrupt):
         w.update_(w + 1.0)
     close(oocarr.open(str(tmp_path / "w.npy")), a)
+    w.close()  # lets go of the writer lock (its hidden .lock file goes with it)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["w.npy"]
 
 

@@ -9,13 +9,15 @@ from typing import Any
 import numpy as np
 
 from oocarr.engine import plan
-from oocarr.engine.budget import memory_budget_bytes
+from oocarr.engine.budget import available_memory, memory_budget_bytes
 from oocarr.engine.io import stream_copy, stream_read
 from oocarr.engine.stats import IOCounts, call_site, record
+from oocarr.errors import BudgetTooSmallError
 from oocarr.jaxlayer.disk_array import DiskArray
 from oocarr.store.blocked import BlockedArray
+from oocarr.store.containment import check_apart
 from oocarr.store.dtypes import as_dtype
-from oocarr.store.locator import Locator, split_url
+from oocarr.store.locator import Locator, option_mapping, split_url
 from oocarr.store.scratch import scratch_locator
 
 from .store import pages, registry
@@ -63,7 +65,7 @@ def resolve(
     if isinstance(url, Locator):
         return registry.get_driver(url.driver), url
     container, inner = split_url(url)
-    storage_options = dict(storage_options or {})
+    storage_options = option_mapping(storage_options, "storage_options")
     if driver is not None:
         cls = registry.get_driver(driver)
     else:
@@ -87,13 +89,18 @@ def open(
         ``PATH_OR_URL#/path/inside``: ``data.npy``, ``data.h5#/group/x``,
         ``s3://bucket/data.zarr#/x``, or a locator.
     mode : {"r", "r+"}
-        Read-only (default) or read-write.
+        Read-only (default) or read-write.  With ``"r+"`` on a local path this
+        process holds the array's writer lock until the returned array is
+        closed or garbage collected (or the process ends, however it ends):
+        one process writes an array at a time; readers are never refused.
     driver : str, optional
         Driver name; inferred from the suffix when omitted.
     storage_options : mapping, optional
         Passed to fsspec (credentials, endpoints ...).
     **driver_options
-        Driver-specific, e.g. ``shape=`` and ``dtype=`` for a raw binary file.
+        Driver-specific, e.g. ``shape=`` and ``dtype=`` for a raw binary file;
+        ``follow_external=False`` (every driver) refuses to read through links that
+        lead out of the container (writes through them are always refused).
 
     Returns
     -------
@@ -102,6 +109,8 @@ def open(
     Raises
     ------
     NotFoundError, InvalidStoreError, UnknownDriverError
+    StorageBusyError
+        With ``mode="r+"``, when another process has the array open for writing.
 
     Examples
     --------
@@ -152,6 +161,15 @@ def create(
     driver, storage_options, **driver_options
         As for :func:`open`.
 
+    Raises
+    ------
+    AlreadyExistsError
+        When an array exists at ``url`` and ``overwrite`` is false.
+    StorageBusyError
+        When another process has the array at ``url`` open for writing (the
+        new array holds the writer lock, as ``open(url, "r+")`` does, until
+        it is closed or garbage collected).
+
     Examples
     --------
     >>> import tempfile, os, oocarr
@@ -187,6 +205,12 @@ def _source_store(x: Any) -> BlockedArray | np.ndarray:
 def to_numpy(x: Any) -> np.ndarray:
     """Read any array (``DiskArray``, ``BlockedArray``, JAX or NumPy) into a NumPy array.
 
+    Raises
+    ------
+    BudgetTooSmallError
+        When a stored array is larger than the memory available, before anything is
+        allocated (read it a region at a time, or reduce it with oocarr's ops, instead).
+
     Examples
     --------
     >>> import numpy as np, oocarr
@@ -195,7 +219,17 @@ def to_numpy(x: Any) -> np.ndarray:
            [0., 1.]])
     """
     src = _source_store(x)
-    return src.read_region(None) if isinstance(src, BlockedArray) else np.array(src)
+    if not isinstance(src, BlockedArray):
+        return np.array(src)
+    available = available_memory()
+    if src.nbytes > available:
+        raise BudgetTooSmallError(
+            f"to_numpy({src.url}) needs {src.nbytes} bytes of memory for shape {src.shape} "
+            f"of {src.dtype}, and {available} are available; read a region of it "
+            "(x[start:stop]) or reduce it with oocarr's functions instead",
+            url=src.url,
+        )
+    return src.read_region(None)
 
 
 def save(
@@ -237,6 +271,13 @@ def save(
     DiskArray
         The new array.
 
+    Raises
+    ------
+    InvalidArgumentError
+        When ``url`` is the stored source itself, lies inside its storage
+        (``a.zarr`` to ``a.zarr/b.zarr``, ``f.h5#/g`` to ``f.h5#/g/x``) or
+        holds it; another array in the same file or group is fine.
+
     Examples
     --------
     >>> import numpy as np, tempfile, os, oocarr
@@ -250,6 +291,8 @@ def save(
     cls, locator = resolve(
         url, driver=driver, storage_options=storage_options, driver_options=driver_options
     )
+    if isinstance(src, BlockedArray):
+        check_apart(src.locator, locator)
     if chunks is None and isinstance(src, BlockedArray) and cls.supports_chunks:
         chunks = src.chunks
     if attrs is None and isinstance(src, BlockedArray):

@@ -10,12 +10,13 @@ import oocarr
 from oocarr.api import copy_tiles
 from oocarr.errors import AlreadyExistsError
 from oocarr.store import BlockedArray
+from oocarr.store.containment import check_apart
 
 from .errors import EXIT_CODES_HELP, EXIT_USAGE, EXIT_WRITE, CommandError, writing
 from .options import Settings, global_options, parse_chunks, parse_storage_options, pass_settings
 from .output import fmt_dtype, fmt_shape, human_bytes
 from .progress import Progress
-from .streaming import COPY_SHARE, checksum, tile_shape
+from .streaming import COPY_SHARE, checksum, reading, tile_shape
 
 __all__ = ["convert", "copy", "destination_chunks"]
 
@@ -111,7 +112,9 @@ def convert(
     the memory budget.
 
     DST appears only when complete: a failure or Ctrl-C midway leaves
-    nothing there (with --overwrite, the old array stays intact).
+    nothing there (with --overwrite, the old array stays intact).  DST may
+    not lie inside SRC's storage nor hold it (a.zarr to a.zarr/b.zarr);
+    another array of the same file or group is fine (f.h5#/a to f.h5#/b).
 
     \b
     Examples:
@@ -128,6 +131,7 @@ def convert(
     with settings.session():
         source = settings.open(src)
         cls, locator = oocarr.resolve(dst, driver=dst_driver, storage_options=dst_options)
+        check_apart(source.locator, locator)
         copied = source.attrs if attrs and cls.supports_attrs else {}
         progress = Progress("converting", source.nbytes, enabled=not settings.quiet)
         with writing(locator.full_url, replacing=overwrite and cls.exists(locator)), progress:
@@ -147,7 +151,7 @@ def convert(
                     "old array is kept until the new copy is complete)",
                     EXIT_USAGE,
                 ) from None
-            with target:
+            with target, reading(source):
                 copy(source, target, progress)
         digest = None
         if verify:

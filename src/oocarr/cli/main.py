@@ -11,6 +11,7 @@ from .errors import EXIT_CODES_HELP
 from .inspect import inspect
 from .ls import ls
 from .options import global_options
+from .scratch import scratch
 
 __all__ = ["main"]
 
@@ -42,3 +43,4 @@ def main() -> None:
 main.add_command(inspect)
 main.add_command(ls)
 main.add_command(convert)
+main.add_command(scratch)

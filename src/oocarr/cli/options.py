@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,7 @@ __all__ = [
     "pass_settings",
     "parse_storage_options",
     "parse_chunks",
+    "parse_driver_options",
 ]
 
 
@@ -117,10 +119,21 @@ def parse_storage_options(values: tuple[str, ...] | list[str]) -> dict[str, Any]
 def parse_chunks(text: str | None) -> tuple[int, ...] | str | None:
     """``--chunks``: ``None`` or ``"source"`` (keep the source's), ``"auto"``, or ``"64,128"``.
 
+    Raises
+    ------
+    click.BadParameter
+        For anything but positive integers whose chunk could exist (at most
+        :data:`MAX_CHUNK_ELEMENTS` elements), ``source`` or ``auto``.
+
     Examples
     --------
     >>> parse_chunks("64,128"), parse_chunks("auto"), parse_chunks(None)
     ((64, 128), 'auto', 'source')
+    >>> try:
+    ...     parse_chunks("99999999999999999999,5")
+    ... except click.BadParameter as err:
+    ...     print(err.message[:50])
+    '99999999999999999999,5' is a chunk of more than 2
     """
     if text is None or text.strip().lower() == "source":
         return "source"
@@ -135,7 +148,42 @@ def parse_chunks(text: str | None) -> tuple[int, ...] | str | None:
             f"{text!r} is not a chunk shape; write positive integers like 1000,64, or "
             "'source' or 'auto'"
         )
+    if math.prod(chunks) > MAX_CHUNK_ELEMENTS:
+        raise click.BadParameter(
+            f"{text!r} is a chunk of more than 2**59 elements; write a chunk shape that fits in "
+            "memory, like 1000,64"
+        )
     return chunks
+
+
+def parse_driver_options(values: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    """``--driver-option`` pairs as :func:`parse_storage_options` reads them, refusing the
+    names ``oocarr.open`` takes itself (``mode``, ``driver``, ``storage_options``, ``url``).
+
+    Examples
+    --------
+    >>> parse_driver_options(["shape=[10,4]", "dtype=float32"])
+    {'shape': [10, 4], 'dtype': 'float32'}
+    >>> parse_driver_options(["driver=hdf5"])
+    Traceback (most recent call last):
+    ...
+    click.exceptions.BadParameter: 'driver' is not a driver option; use --driver instead
+    """
+    options = parse_storage_options(values)
+    for name, instead in _RESERVED.items():
+        if name in options:
+            raise click.BadParameter(f"{name!r} is not a driver option; {instead}")
+    return options
+
+
+#: The largest chunk ``--chunks`` accepts, in elements: 2**59 of 16 bytes fill a 64-bit size.
+MAX_CHUNK_ELEMENTS = 2**59
+_RESERVED = {
+    "mode": "commands open sources read-only and create destinations themselves",
+    "driver": "use --driver instead",
+    "storage_options": "use --storage-options instead",
+    "url": "give the URL as the argument",
+}
 
 
 def _setter(name: str, convert: Callable[[Any], Any]) -> Callable[..., None]:
@@ -192,7 +240,7 @@ _OPTIONS = [
     ),
     _shared(
         "driver_options",
-        parse_storage_options,
+        parse_driver_options,
         "--driver-option",
         "-O",
         metavar="KEY=VALUE",

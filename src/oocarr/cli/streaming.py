@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+from collections.abc import Iterator
 
 import numpy as np
 
 from oocarr.api import read_tiles, tile_plan
+from oocarr.errors import OocarrError
 from oocarr.store import BlockedArray
 
-__all__ = ["COPY_SHARE", "STATS_SHARE", "tile_shape", "read_tiles", "checksum"]
+from .errors import CommandError, exit_code_for
+
+__all__ = ["COPY_SHARE", "STATS_SHARE", "tile_shape", "read_tiles", "checksum", "reading"]
 
 #: Tile-sized buffers a copy holds (the memory model's count: :func:`oocarr.api.tile_plan`).
 COPY_SHARE = "copy"
@@ -55,3 +60,28 @@ def checksum(store: BlockedArray, tile: tuple[int, ...], advance=None) -> str:
         if advance is not None:
             advance(values.nbytes)
     return digest.hexdigest()
+
+
+@contextlib.contextmanager
+def reading(source: BlockedArray) -> Iterator[None]:
+    """Report an error of ``source`` raised inside (a corrupt chunk met while copying it) as the
+    source's, with its own exit code, rather than as a failure to write the destination.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarr
+    >>> from oocarr.errors import InvalidStoreError
+    >>> source = oocarr.from_numpy(np.zeros(2)).store
+    >>> try:
+    ...     with reading(source):
+    ...         raise InvalidStoreError("a chunk is corrupt", url=source.url)
+    ... except CommandError as err:
+    ...     err.exit_code, err.format_message()
+    (2, 'a chunk is corrupt')
+    """
+    try:
+        yield
+    except OocarrError as err:
+        if err.url not in (source.url, source.locator.full_url):
+            raise
+        raise CommandError(str(err), exit_code_for(err)) from None

@@ -9,6 +9,7 @@ it is an eighth of the machine's available memory, between 64 MB and 2 GB.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 import threading
@@ -19,6 +20,8 @@ from oocarr.store.scratch import scratch_dir as current_scratch_dir
 from oocarr.store.scratch import set_scratch_dir
 
 __all__ = [
+    "MAX_SIZE",
+    "available_memory",
     "parse_size",
     "set_memory_budget",
     "memory_budget",
@@ -38,6 +41,8 @@ _UNITS = {
     "GI": 2**30,
     "TI": 2**40,
 }
+MAX_SIZE = 2**60
+"""The largest size :func:`parse_size` accepts (1 EiB): larger is a typo."""
 _local = threading.local()
 _default_budget: int | None = None
 
@@ -45,29 +50,67 @@ _default_budget: int | None = None
 def parse_size(size: int | str) -> int:
     """Bytes in ``size``: an int, or text like ``"64MB"``, ``"1.5GiB"``, ``"512k"``.
 
+    Sizes that are not positive, not finite or over ``MAX_SIZE`` (1 EiB) are
+    refused with :class:`~oocarr.errors.InvalidArgumentError`.
+
     Examples
     --------
     >>> parse_size("64MB"), parse_size("1GiB"), parse_size(4096)
     (64000000, 1073741824, 4096)
+    >>> try:
+    ...     parse_size("9" * 40 + "MB")
+    ... except InvalidArgumentError as err:
+    ...     print(err)
+    memory size '99999999999999999999...MB' is over 1 EiB; write a size like '64MB' or '2GiB'
     """
     if isinstance(size, bool):
         raise InvalidArgumentError(f"memory size must be bytes or text like '64MB', got {size!r}")
     if isinstance(size, int):
         value = size
+    elif isinstance(size, float):
+        value = _whole_bytes(size, size)
     else:
         match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kKmMgGtT]?)(i?)[bB]?\s*", str(size))
         if not match:
             raise InvalidArgumentError(
-                f"cannot read memory size {size!r}; write bytes or text like '64MB' or '2GiB'"
+                f"cannot read memory size {_shown(size)}; write bytes or text like '64MB' or '2GiB'"
             )
         number, unit, binary = match.groups()
-        value = int(float(number) * _UNITS[unit.upper() + ("I" if binary else "")])
+        value = _whole_bytes(float(number) * _UNITS[unit.upper() + ("I" if binary else "")], size)
     if value <= 0:
-        raise InvalidArgumentError(f"memory size must be positive, got {size!r}")
+        raise InvalidArgumentError(f"memory size must be positive, got {_shown(size)}")
+    if value > MAX_SIZE:
+        raise InvalidArgumentError(
+            f"memory size {_shown(size)} is over 1 EiB; write a size like '64MB' or '2GiB'"
+        )
     return value
 
 
-def _available_memory() -> int:
+def _whole_bytes(number: float, size: object) -> int:
+    if math.isnan(number):
+        raise InvalidArgumentError(f"memory size must be a number of bytes, got {_shown(size)}")
+    if number < 0:
+        raise InvalidArgumentError(f"memory size must be positive, got {_shown(size)}")
+    if number > MAX_SIZE:
+        raise InvalidArgumentError(
+            f"memory size {_shown(size)} is over 1 EiB; write a size like '64MB' or '2GiB'"
+        )
+    return int(number)
+
+
+def _shown(size: object) -> str:
+    text = repr(size)
+    return text if len(text) <= 30 else f"{text[:21]}...{text[-3:]}"
+
+
+def available_memory() -> int:
+    """Bytes of memory this machine can still hand out (``MemAvailable``), as a best guess.
+
+    Examples
+    --------
+    >>> available_memory() > 0
+    True
+    """
     try:
         with open("/proc/meminfo", encoding="ascii") as f:
             for line in f:
@@ -84,7 +127,7 @@ def _available_memory() -> int:
 def _default() -> int:
     global _default_budget
     if _default_budget is None:
-        _default_budget = min(2 * 10**9, max(64 * 10**6, _available_memory() // 8))
+        _default_budget = min(2 * 10**9, max(64 * 10**6, available_memory() // 8))
     return _default_budget
 
 

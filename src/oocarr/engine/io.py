@@ -64,6 +64,9 @@ def prefetched(items: Iterable[Any], read: Callable[[Any], Any]) -> Iterator[tup
     """``(item, read(item))`` for each item, reading the next item in a background thread
     while the caller works on the current one (inline when there is only one).
 
+    A read that fails raises at the step that needs it.  Closing the iterator early (the
+    caller stopped or raised) cancels the read ahead and does not wait for one in flight.
+
     Examples
     --------
     >>> [(i, v) for i, v in prefetched(range(3), lambda i: i * 10)]
@@ -77,22 +80,31 @@ def prefetched(items: Iterable[Any], read: Callable[[Any], Any]) -> Iterator[tup
     if following is _END:
         yield current, read(current)
         return
-    with ThreadPoolExecutor(1, thread_name_prefix="oocarr-read") as pool:
-        future: Future | None = pool.submit(read, current)
-        try:
-            while True:
-                value = future.result()
-                future = None if following is _END else pool.submit(read, following)
-                yield current, value
-                del value
-                if following is _END:
-                    return
-                current, following = following, next(items, _END)
-        finally:
-            if future is not None:
-                future.cancel()
-                with contextlib.suppress(BaseException):
-                    future.result()
+    pool = ThreadPoolExecutor(1, thread_name_prefix="oocarr-read")
+    future: Future | None = pool.submit(read, current)
+    try:
+        while True:
+            value = future.result()
+            future = None if following is _END else pool.submit(read, following)
+            yield current, value
+            del value
+            if following is _END:
+                return
+            current, following = following, next(items, _END)
+    finally:
+        _stop_reader(pool, future)
+
+
+def _stop_reader(pool: ThreadPoolExecutor, future: Future | None) -> None:
+    """Shut the read-ahead thread down; a read still running finishes on its own and its
+    result is dropped.
+
+    Waiting for it could never end: the iterator may be closed by a garbage collection that
+    runs in a thread holding a lock the read needs (a driver's, a buffer pool's), or by
+    Ctrl-C while the read blocks.
+    """
+    running = future is not None and not future.cancel() and not future.done()
+    pool.shutdown(wait=not running, cancel_futures=True)
 
 
 class WriteBehind:
@@ -174,7 +186,10 @@ def stream_copy(
         if advance is not None:
             advance(block.nbytes)
 
-    with WriteBehind(write, None) as writer:
-        for region, block in stream_read(source, regions, counts):
+    with (
+        WriteBehind(write, None) as writer,
+        contextlib.closing(stream_read(source, regions, counts)) as blocks,
+    ):
+        for region, block in blocks:
             writer.submit(region, block)
             del block

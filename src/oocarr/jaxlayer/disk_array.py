@@ -27,6 +27,7 @@ from oocarr.store import registry
 from oocarr.store.blocked import BlockedArray
 from oocarr.store.dtypes import dtype_name
 from oocarr.store.locator import Locator
+from oocarr.store.locks import WriterLock
 from oocarr.store.scratch import release, scratch_locator
 from oocarr.store.views import view_locator
 
@@ -90,6 +91,22 @@ _LIFETIMES: weakref.WeakValueDictionary[Locator, _Lifetime] = weakref.WeakValueD
 def lifetime_of(locator: Locator) -> _Lifetime | None:
     """The lifetime of the owned array at ``locator`` while any handle on it is alive."""
     return _LIFETIMES.get(locator)
+
+
+#: The writer lock held for each array opened for writing while any handle on it is alive:
+#: ``update`` returns a new handle, and the lock must outlive the one the user opened.
+_WRITERS: weakref.WeakValueDictionary[Locator, WriterLock] = weakref.WeakValueDictionary()
+
+
+def _writer_of(store: BlockedArray) -> WriterLock | None:
+    """A hold of its own on ``store``'s writer lock (``None`` when it has none), so that
+    closing the store (which ``update`` does) leaves the array locked for its handles."""
+    lock = getattr(store, "_writer_lock", None)
+    if lock is None or not lock.held:
+        return _WRITERS.get(store.locator) if not store.readonly else None
+    held = lock.share()
+    _WRITERS[store.locator] = held
+    return held
 
 
 #: ``zero(aval)`` and ``add(aval, x, y)`` of gradient types; they run ops, so the module that
@@ -223,6 +240,7 @@ class DiskArray:
         self._marker: Any = None
         self._tangent = False
         self._finalizer = _LIFETIMES.get(store.locator)
+        self._writer = _writer_of(store)
         if not store.readonly:
             allow_writes(store.locator)
         if owned or self._finalizer is not None:
@@ -247,6 +265,7 @@ class DiskArray:
         self._dtype = np.dtype(dtype)
         self._marker = marker
         self._finalizer = _LIFETIMES.get(locator)
+        self._writer = _WRITERS.get(locator)
         return self
 
     def _own(self) -> DiskArray:
@@ -340,9 +359,24 @@ class DiskArray:
         return self.store.info()
 
     def close(self) -> None:
-        """Commit a created array and release its handles."""
+        """Commit a created array, release its handles and let other processes write it.
+
+        Examples
+        --------
+        >>> import tempfile, os, oocarr
+        >>> path = os.path.join(tempfile.mkdtemp(), "a.npy")
+        >>> x = oocarr.create(path, (2,), "f4")
+        >>> x.close()
+        >>> oocarr.open(path, mode="r+").close()  # another writer may open it now
+        """
         if self._store is not None:
             self._store.close()
+        self._release_writer()
+
+    def _release_writer(self) -> None:
+        for lock in (getattr(self._store, "_writer_lock", None), self._writer):
+            if lock is not None:
+                lock.release()
 
     def __enter__(self) -> DiskArray:
         return self
@@ -350,6 +384,7 @@ class DiskArray:
     def __exit__(self, exc_type, exc, tb) -> None:
         if self._store is not None:
             self._store.__exit__(exc_type, exc, tb)
+        self._release_writer()
 
     def __getitem__(self, key: Any) -> DiskArray:
         """A view of a region (integers and unit-step slices), sharing the storage.

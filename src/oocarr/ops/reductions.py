@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Iterator
 
@@ -74,19 +73,37 @@ class Sum(BlockParallelOp):
         keep = self.params.get("keepdims", False)
         in_tile = [plan.extra[f"in{i}"] for i in range(len(shape))]
         kept = iter(out_region)
-        per_axis = []
+        per_axis: list[tuple[slice, ...] | tuple[int, int]] = []
         for i, n in enumerate(shape):
             if i in self.axes:
                 if keep:
                     next(kept)
-                per_axis.append([slice(s, min(s + in_tile[i], n)) for s in range(0, n, in_tile[i])])
+                per_axis.append((n, in_tile[i]))
             else:
-                per_axis.append([next(kept)])
-        for region in itertools.product(*per_axis):
-            yield (tuple(region),)
+                per_axis.append((next(kept),))
+        for region in _tiles(per_axis):
+            yield (region,)
 
     def forward_block(self, block: jax.Array) -> jax.Array:
         return jnp.sum(block, axis=self.axes, keepdims=self.params.get("keepdims", False))
+
+
+def _tiles(per_axis: list) -> Iterator[tuple[slice, ...]]:
+    """Every combination, in C order, of one slice per axis: an axis is a fixed ``(slice,)``
+    or ``(length, tile)``, walked lazily (``itertools.product`` would first build every tile
+    of an axis, which for metadata claiming 2**62 rows never ends)."""
+    if not per_axis:
+        yield ()
+        return
+    first, rest = per_axis[0], per_axis[1:]
+    if isinstance(first[0], slice):
+        heads: Iterator[slice] = iter(first)
+    else:
+        n, tile = first
+        heads = (slice(s, min(s + tile, n)) for s in range(0, n, tile))
+    for head in heads:
+        for tail in _tiles(rest):
+            yield (head, *tail)
 
 
 class Mean(Sum):

@@ -16,9 +16,11 @@ Examples
 
 from .blocked import BlockedArray, corrupt, jsonable_attrs, require_exists, temp_sibling
 from .compression import Compression
+from .containment import check_within, follow_external_option, follows_external, storage_error
 from .dtypes import BFLOAT16, as_dtype, dtype_token, is_bfloat16
 from .locator import Locator, is_local, normalize_container
-from .pages import DEFAULT_CHUNK_BYTES, DEFAULT_PAGE_BYTES, grow_block, region_shape
+from .locks import pid_alive
+from .pages import DEFAULT_CHUNK_BYTES, DEFAULT_PAGE_BYTES, check_layout, grow_block, region_shape
 
 __all__ = [
     "BlockedArray",
@@ -28,14 +30,20 @@ __all__ = [
     "DEFAULT_CHUNK_BYTES",
     "DEFAULT_PAGE_BYTES",
     "as_dtype",
+    "check_layout",
+    "check_within",
     "corrupt",
     "dtype_token",
+    "follow_external_option",
+    "follows_external",
     "grow_block",
     "is_bfloat16",
     "is_local",
     "jsonable_attrs",
     "normalize_container",
+    "pid_alive",
     "region_shape",
     "require_exists",
+    "storage_error",
     "temp_sibling",
 ]

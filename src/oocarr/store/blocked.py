@@ -24,11 +24,13 @@ registered driver:
 from __future__ import annotations
 
 import abc
-import itertools
+import atexit
 import json
 import math
 import os
 import threading
+import warnings
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -47,12 +49,13 @@ from oocarr.errors import (
     UnsupportedDtypeError,
 )
 
-from . import pages
+from . import locks, pages
 from .buffers import aligned_empty
 from .compression import Compression, parse_compression
 from .dtypes import as_dtype, byte_order, dtype_name
 from .locator import Locator, normalize_container
 from .regions import check_region, parse_key
+from .scratch import is_scratch
 
 __all__ = ["BlockedArray", "jsonable_attrs", "reopen", "require_exists", "corrupt", "temp_sibling"]
 
@@ -116,6 +119,11 @@ def reopen(locator: Locator, mode: str, page_shape: tuple[int, ...] | None) -> B
 
     store = get_driver(locator.driver).open(locator, mode)
     return store if page_shape is None else store.with_pages(page_shape)
+
+
+#: The largest chunk ``create`` makes, in bytes: HDF5's limit (4 GiB - 1), and far beyond what
+#: a chunk read or written whole should be.
+MAX_CHUNK_BYTES = 2**32 - 1
 
 
 class BlockedArray(abc.ABC):
@@ -183,6 +191,7 @@ class BlockedArray(abc.ABC):
         self._pending = pending
         self._page_shape: tuple[int, ...] | None = None
         self._rmw_lock = threading.RLock()
+        pages.check_layout(self._shape, self._dtype.itemsize, self._chunks, locator.full_url)
 
     # ------------------------------------------------------------------
     # Driver primitives: class level
@@ -342,7 +351,11 @@ class BlockedArray(abc.ABC):
                 "use oocarr.create to make a new array",
                 url=locator.full_url,
             )
-        return cls._open(locator, mode)
+        lock = None if mode == "r" or is_scratch(locator) else locks.acquire(locator)
+        with locks.released_on_error(lock):
+            store = cls._open(locator, mode)
+        store._writer_lock = lock
+        return store
 
     @classmethod
     def create(
@@ -420,6 +433,14 @@ class BlockedArray(abc.ABC):
                     f"chunks {chunks} for {url} must be one positive integer per axis of {shape}",
                     url=url,
                 )
+        pages.check_layout(shape, dtype.itemsize, chunks, url, error=InvalidArgumentError)
+        if chunks is not None and math.prod(chunks) * dtype.itemsize > MAX_CHUNK_BYTES:
+            raise InvalidArgumentError(
+                f"chunks {chunks} for {url} make chunks of {math.prod(chunks) * dtype.itemsize} "
+                f"bytes, over the {MAX_CHUNK_BYTES} bytes a chunk can have (HDF5's limit; every "
+                "chunk is read and written whole): pick smaller chunks",
+                url=url,
+            )
         comp = parse_compression(compression, cls.compressions, url=url)
         attrs = jsonable_attrs(attrs or {}, url=url)
         if attrs and not cls.supports_attrs:
@@ -428,12 +449,17 @@ class BlockedArray(abc.ABC):
                 "another driver",
                 url=url,
             )
-        if not overwrite and cls.exists(locator):
-            raise AlreadyExistsError(
-                f"an array already exists at {url}; pass overwrite=True to replace it",
-                url=url,
-            )
-        return cls._create(locator, shape, dtype, chunks, comp, attrs, overwrite)
+        lock = None if is_scratch(locator) else locks.acquire(locator)
+        with locks.released_on_error(lock):
+            if not overwrite and cls.exists(locator):
+                raise AlreadyExistsError(
+                    f"an array already exists at {url}; pass overwrite=True to replace it",
+                    url=url,
+                )
+            store = cls._create(locator, shape, dtype, chunks, comp, attrs, overwrite)
+            store._guard_pending()
+        store._writer_lock = lock
+        return store
 
     # ------------------------------------------------------------------
     # Identity and metadata
@@ -574,6 +600,7 @@ class BlockedArray(abc.ABC):
         view = object.__new__(type(self))
         view.__dict__ = self.__dict__
         view._view_pages = page_shape
+        self._share_pending(view)
         return view
 
     @property
@@ -595,7 +622,7 @@ class BlockedArray(abc.ABC):
         >>> list(oocarr.from_numpy(np.zeros((3, 2))).store.with_pages((2, 2)).block_grid())
         [(0, 0), (1, 0)]
         """
-        return itertools.product(*(range(n) for n in self.grid_shape))
+        return pages.grid_indices(self.grid_shape)
 
     def block_region(self, index: Sequence[int]) -> tuple[slice, ...]:
         """The region of page ``index`` (edge pages are smaller)."""
@@ -841,14 +868,69 @@ class BlockedArray(abc.ABC):
     def abort(self) -> None:
         """Discard a created, uncommitted array; the URL is left as it was before ``create``."""
         if self._pending:
-            self._abort()
-            self._pending = False
+            try:
+                self._abort()
+            finally:
+                self._pending = False
+                locks.release_writer(self)
 
     def close(self) -> None:
-        """Commit a pending array, flush, and release handles (later use reopens them)."""
-        self.commit()
-        self.flush()
-        self._release()
+        """Commit a pending array, flush, and release handles (later use reopens them) and
+        this store's hold on the array's writer lock."""
+        try:
+            self.commit()
+            self.flush()
+            self._release()
+        finally:
+            locks.release_writer(self)
+
+    def _guard_pending(self) -> None:
+        """Discard this created array if it is dropped, or left at exit, uncommitted."""
+        if self._pending:
+            self._creator_pid = os.getpid()
+            _PENDING.add(self)
+            _register_exit_hook()
+
+    def _share_pending(self, view: BlockedArray) -> None:
+        """Keep a pending array alive for ``view`` (a ``with_pages`` view sharing its state)."""
+        if self._pending and "_creator_pid" in self.__dict__:
+            _PENDING.add(view)
+
+    def _discard_unclosed(self, when: str) -> None:
+        """Abort a created array nobody committed and say so, as Python does for unclosed files.
+
+        Only in the process that created it: a forked child must not discard its parent's
+        array.
+        """
+        state = self.__dict__
+        if not state.get("_pending") or state.get("_creator_pid") != os.getpid():
+            return
+        problem = ""
+        try:
+            self.abort()
+        except Exception as err:  # reported in the warning: nothing can raise from here
+            state["_pending"] = False
+            problem = f"; removing its temporary data failed ({err})"
+        try:
+            self._release()
+        except Exception:
+            pass
+        warnings.warn(
+            f"{self.url} was created but {when} without close() or commit(), so it was "
+            f"discarded and nothing was written there{problem}. Close it (or create it in a "
+            "'with' block) to keep it",
+            ResourceWarning,
+            stacklevel=2,
+            source=self,
+        )
+
+    def __del__(self) -> None:
+        state = self.__dict__
+        if not state.get("_pending") or "_creator_pid" not in state:
+            return
+        if any(other is not self and other.__dict__ is state for other in list(_PENDING)):
+            return  # a with_pages view still uses it
+        self._discard_unclosed("dropped")
 
     def __enter__(self) -> BlockedArray:
         return self
@@ -1020,6 +1102,34 @@ class BlockedArray(abc.ABC):
         if self._chunks is None:
             return None
         return math.prod(pages.grid_shape(self._shape, self._chunks))
+
+
+#: Created arrays (and their ``with_pages`` views) not committed or aborted yet.
+_PENDING: weakref.WeakSet[BlockedArray] = weakref.WeakSet()
+
+
+def _discard_pending_at_exit() -> None:
+    """Discard the created arrays the program left uncommitted (each warns)."""
+    seen: set[int] = set()
+    for store in list(_PENDING):
+        if id(store.__dict__) not in seen:
+            seen.add(id(store.__dict__))
+            store._discard_unclosed("left open at exit")
+
+
+_exit_hook_pid: int | None = None
+
+
+def _register_exit_hook() -> None:
+    """Register :func:`_discard_pending_at_exit` once per process, after the hook through which
+    ``weakref.finalize`` releases drivers' handles at exit, so that it runs first (atexit runs
+    hooks last-registered first) while pending arrays can still be aborted."""
+    global _exit_hook_pid
+    if _exit_hook_pid != os.getpid():
+        weakref.finalize(_discard_pending_at_exit, int)  # makes weakref register its hook
+        atexit.unregister(_discard_pending_at_exit)
+        atexit.register(_discard_pending_at_exit)
+        _exit_hook_pid = os.getpid()
 
 
 def require_exists(found: bool, locator: Locator, what: str = "array") -> None:

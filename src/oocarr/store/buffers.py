@@ -14,6 +14,7 @@ nothing (JAX included) still uses them.
 from __future__ import annotations
 
 import math
+import queue
 import threading
 import weakref
 from typing import Any
@@ -59,9 +60,16 @@ class _Lease:
 
 
 def _give_back(pool_ref: weakref.ref, raw: np.ndarray) -> None:
+    # A finaliser: the garbage collector may run it in any thread at any allocation, also
+    # in one that holds the pool's lock, so it must never wait for that lock.
     pool = pool_ref()
     if pool is not None:
-        pool._put(raw)
+        pool._returned.put(raw)
+        if pool._lock.acquire(blocking=False):
+            try:
+                pool._take_returned()
+            finally:
+                pool._lock.release()
 
 
 class BufferPool:
@@ -94,6 +102,9 @@ class BufferPool:
         self.keep = keep
         self._free: list[np.ndarray] = []
         self._lock = threading.Lock()
+        #: Buffers given back by finalisers, moved to ``_free`` under the lock
+        #: (``SimpleQueue.put`` is safe to call from a finaliser).
+        self._returned: queue.SimpleQueue[np.ndarray] = queue.SimpleQueue()
         self._ref = weakref.ref(self)
 
     def empty(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
@@ -102,6 +113,7 @@ class BufferPool:
         nbytes = math.prod(shape) * dtype.itemsize
         raw = None
         with self._lock:
+            self._take_returned()
             fits = [i for i, b in enumerate(self._free) if b.nbytes >= nbytes]
             if fits:
                 raw = self._free.pop(min(fits, key=lambda i: self._free[i].nbytes))
@@ -113,12 +125,19 @@ class BufferPool:
         weakref.finalize(lease, _give_back, self._ref, raw)
         return np.asarray(lease)[:nbytes].view(dtype).reshape(shape)
 
-    def _put(self, raw: np.ndarray) -> None:
-        with self._lock:
+    def _take_returned(self) -> None:
+        """Move given-back buffers to the free list, up to ``keep`` (call with the lock held)."""
+        while True:
+            try:
+                raw = self._returned.get_nowait()
+            except queue.Empty:
+                return
             if len(self._free) < self.keep:
                 self._free.append(raw)
 
     @property
     def free(self) -> int:
         """Free buffers held for reuse."""
-        return len(self._free)
+        with self._lock:
+            self._take_returned()
+            return len(self._free)

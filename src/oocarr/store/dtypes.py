@@ -37,12 +37,17 @@ def as_dtype(obj: Any, *, url: str | None = None) -> np.dtype:
     --------
     >>> as_dtype("float32"), as_dtype(">i2"), as_dtype("bfloat16")
     (dtype('float32'), dtype('>i2'), dtype(bfloat16))
+    >>> try:
+    ...     as_dtype(("i4", -1))
+    ... except UnsupportedDtypeError as err:
+    ...     print(str(err)[:30])
+    ('i4', -1) is not a dtype (inv
     """
     if isinstance(obj, str) and obj in _NAMED_EXTRA:
         return _NAMED_EXTRA[obj]
     try:
         dtype = np.dtype(obj)
-    except TypeError as err:
+    except (TypeError, ValueError, OverflowError) as err:
         raise UnsupportedDtypeError(
             f"{obj!r} is not a dtype ({err}); use a NumPy dtype such as 'float32'", url=url
         ) from None

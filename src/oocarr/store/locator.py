@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from oocarr.errors import InvalidUrlError
+from oocarr.errors import InvalidArgumentError, InvalidUrlError
 
-__all__ = ["Locator", "split_url", "join_url", "is_local"]
+__all__ = ["Locator", "split_url", "join_url", "is_local", "option_mapping"]
 
 
 def _freeze(value: Any) -> Any:
@@ -36,6 +36,45 @@ def _thaw(value: Any) -> Any:
     if isinstance(value, tuple) and len(value) == 2 and value[0] == "__list__":
         return [_thaw(v) for v in value[1]]
     return value
+
+
+def option_mapping(value: Mapping[str, Any] | None, name: str) -> dict[str, Any]:
+    """A fresh dict of ``value`` (``None`` is empty), refusing anything but a mapping with str keys.
+
+    Parameters
+    ----------
+    value : mapping or None
+        Options such as ``storage_options``.
+    name : str
+        The argument's name, for the error message.
+
+    Raises
+    ------
+    InvalidArgumentError
+        When ``value`` is not a mapping or has a key that is not a string.
+
+    Examples
+    --------
+    >>> option_mapping({"anon": True}, "storage_options")
+    {'anon': True}
+    >>> try:
+    ...     option_mapping("x", "storage_options")
+    ... except InvalidArgumentError as err:
+    ...     print(err)
+    storage_options must be a mapping such as {'anon': True}, got str: 'x'
+    """
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        kind = type(value).__name__
+        raise InvalidArgumentError(
+            f"{name} must be a mapping such as {{'anon': True}}, got {kind}: {shown}"
+        )
+    bad = [k for k in value if not isinstance(k, str)]
+    if bad:
+        raise InvalidArgumentError(f"{name} keys must be strings, got {bad[0]!r}")
+    return dict(value)
 
 
 def split_url(url: str) -> tuple[str, str]:
@@ -164,8 +203,8 @@ class Locator:
             driver=driver,
             url=url,
             path=path,
-            storage_options=_freeze(dict(storage_options or {}))[1],
-            driver_options=_freeze(dict(driver_options or {}))[1],
+            storage_options=_freeze(option_mapping(storage_options, "storage_options"))[1],
+            driver_options=_freeze(option_mapping(driver_options, "driver_options"))[1],
         )
 
     @property

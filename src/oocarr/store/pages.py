@@ -5,12 +5,20 @@ Everything here is pure shape math on tuples: no I/O and no driver.
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Sequence
+import numbers
+from collections.abc import Iterator, Sequence
+
+from oocarr.errors import InvalidStoreError, OocarrError
 
 __all__ = [
     "DEFAULT_PAGE_BYTES",
     "DEFAULT_CHUNK_BYTES",
+    "MAX_NBYTES",
+    "MAX_NDIM",
+    "check_layout",
+    "grid_indices",
     "grow_block",
     "grid_shape",
     "block_region",
@@ -22,6 +30,12 @@ __all__ = [
 DEFAULT_PAGE_BYTES = 8 * 2**20
 #: Target size of one storage chunk when ``create`` is not given ``chunks``.
 DEFAULT_CHUNK_BYTES = 2**20
+#: Largest logical size of an array, and of one chunk: what a signed 64-bit count holds.
+MAX_NBYTES = 2**63 - 1
+#: Most axes an array may have (NumPy's own limit).
+MAX_NDIM = 64
+#: Axes of a grid with at most this many blocks are handed to ``itertools.product`` whole.
+_SMALL_AXIS = 2**16
 
 
 def grow_block(
@@ -166,3 +180,102 @@ def common_block(
     if math.prod(lcm) * itemsize <= target_bytes:
         return grow_block(shape, itemsize, target_bytes, base=lcm)
     return grow_block(shape, itemsize, target_bytes, base=given[0])
+
+
+def check_layout(
+    shape: Sequence[int],
+    itemsize: int,
+    chunks: Sequence[int] | None,
+    url: str,
+    *,
+    error: type[OocarrError] = InvalidStoreError,
+) -> None:
+    """Refuse a shape or chunk shape no array can have: negative lengths, more than
+    :data:`MAX_NDIM` axes, zero-length chunks, or a size in bytes (of the array or of one
+    chunk) over :data:`MAX_NBYTES`.
+
+    Parameters
+    ----------
+    shape, chunks : sequence of int
+        The array's shape and its storage chunks (``None`` for contiguous).
+    itemsize : int
+        Bytes per element.
+    url : str
+        Named in the error.
+    error : type
+        Raised on failure: :class:`~oocarr.errors.InvalidStoreError` for metadata read
+        from storage (the default), ``InvalidArgumentError`` for a caller's arguments.
+
+    Examples
+    --------
+    >>> check_layout((10, 3), 4, (5, 3), "a.zarr")
+    >>> try:
+    ...     check_layout((2**62,), 4, None, "a.zarr")
+    ... except InvalidStoreError as err:
+    ...     print(str(err)[:61])
+    a.zarr claims shape (4611686018427387904,) of 4-byte elements
+    """
+    problem = _shape_problem(shape, itemsize, "shape") or (
+        None if chunks is None else _shape_problem(chunks, itemsize, "chunk shape", 1)
+    )
+    if chunks is not None and problem is None and len(chunks) != len(shape):
+        problem = f"chunk shape {tuple(chunks)} for shape {tuple(shape)}"
+    if problem is None:
+        return
+    if issubclass(error, InvalidStoreError):
+        raise error(f"{url} claims {problem}; the metadata is corrupt: recreate the array", url=url)
+    raise error(f"{url} cannot have {problem}; pass a shape and chunks an array can have", url=url)
+
+
+def _shape_problem(shape: Sequence[int], itemsize: int, what: str, least: int = 0) -> str | None:
+    shape = tuple(shape)
+    if len(shape) > MAX_NDIM:
+        return f"a {what} of {len(shape)} axes, more than the {MAX_NDIM} an array may have"
+    if any(isinstance(n, bool) or not isinstance(n, numbers.Integral) for n in shape):
+        return f"{what} {shape!r}, which is not a tuple of integers"
+    if any(n < least for n in shape):
+        return f"{what} {shape}, with a length under {least}"
+    nbytes = math.prod(int(n) for n in shape) * itemsize
+    if nbytes > MAX_NBYTES:
+        return (
+            f"{what} {tuple(int(n) for n in shape)} of {itemsize}-byte elements: {nbytes} bytes, "
+            f"over the {MAX_NBYTES} an array may hold"
+        )
+    return None
+
+
+def grid_indices(grid: Sequence[int]) -> Iterator[tuple[int, ...]]:
+    """Every index of a grid of ``grid`` blocks, in C order, without building any axis whole.
+
+    ``itertools.product`` turns each of its ranges into a tuple first, which for a grid of
+    2**40 blocks along one axis is a ``MemoryError``; here long leading axes are walked one
+    index at a time and only short trailing axes go to ``itertools.product``.
+
+    Examples
+    --------
+    >>> list(grid_indices((2, 2)))
+    [(0, 0), (0, 1), (1, 0), (1, 1)]
+    >>> list(grid_indices(())), list(grid_indices((3, 0)))
+    ([()], [])
+    >>> next(grid_indices((2**62, 3)))
+    (0, 0)
+    """
+    grid = tuple(int(n) for n in grid)
+    if any(n <= 0 for n in grid):
+        return iter(())
+    split = len(grid)
+    while split > 0 and grid[split - 1] <= _SMALL_AXIS:
+        split -= 1
+    inner = grid[split:]
+    if split == 0:
+        return itertools.product(*(range(n) for n in inner))
+    return _walk(grid[:split], inner)
+
+
+def _walk(outer: tuple[int, ...], inner: tuple[int, ...]) -> Iterator[tuple[int, ...]]:
+    if not outer:
+        yield from itertools.product(*(range(n) for n in inner))
+        return
+    for i in range(outer[0]):
+        for rest in _walk(outer[1:], inner):
+            yield (i, *rest)

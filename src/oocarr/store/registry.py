@@ -36,6 +36,7 @@ from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 from oocarr.errors import MissingDependencyError, UnknownDriverError
+from oocarr.store.locator import option_mapping
 
 if TYPE_CHECKING:
     from .blocked import BlockedArray
@@ -354,7 +355,7 @@ def guess_driver(
     >>> guess_driver("s3://bucket/a.zarr").name
     'fsspec'
     """
-    options = dict(storage_options or {})
+    options = option_mapping(storage_options, "storage_options")
     specs = []
     for name in available_drivers():
         try:

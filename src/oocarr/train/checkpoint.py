@@ -42,12 +42,14 @@ from oocarr.errors import (
     InvalidStoreError,
     InvalidUrlError,
     NotFoundError,
+    OocarrError,
     UnknownDriverError,
     UnsupportedDtypeError,
 )
 from oocarr.jaxlayer.disk_array import DiskArray
 from oocarr.store import registry
 from oocarr.store.blocked import BlockedArray
+from oocarr.store.containment import storage_error
 from oocarr.store.dtypes import as_dtype, dtype_token
 from oocarr.store.locator import Locator, is_local, split_url
 from oocarr.store.pages import DEFAULT_PAGE_BYTES
@@ -185,10 +187,12 @@ def _parse_token(token: str) -> np.dtype:
 
 
 class _Encoder:
-    """Turns a pytree into JSON and a list of ``(member name, array)`` leaves."""
+    """Turns a pytree into JSON and a list of ``(member name, array)`` leaves (to be stored
+    with ``compression``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, compression: Any = None) -> None:
         self.leaves: list[tuple[str, Any]] = []
+        self.compression = compression
 
     def encode(self, node: Any, name: str, where: str) -> Any:
         if isinstance(node, (DiskArray, BlockedArray, jax.Array, np.ndarray, np.generic)):
@@ -440,8 +444,19 @@ def save_params(
     (dtype(bfloat16), dtype('float64'), 7)
     """
     root = _Root(url, driver, storage_options)
-    encoder = _Encoder()
+    encoder = _Encoder(compression)
     tree = encoder.encode(params, _PARAMS, "")
+    try:
+        _save(root, encoder, tree)
+    except OSError as err:
+        if isinstance(err, OocarrError):
+            raise
+        raise storage_error("saving the checkpoint at", root.url, err) from err
+
+
+def _save(root: _Root, encoder: _Encoder, tree: Any) -> None:
+    """Write the encoded tree into the slot that does not hold the latest checkpoint."""
+    compression = encoder.compression
     latest = _latest(root)
     generation = 1 if latest is None else int(latest[1]["generation"]) + 1
     slot = SLOTS[0] if latest is None or latest[0] == SLOTS[1] else SLOTS[1]

@@ -28,7 +28,9 @@ __all__ = [
 ]
 
 MEMMAP_SUFFIXES = (".npy",)
-HDF5_SUFFIXES = (".h5", ".hdf5")
+#: HDF5 files by another name: netCDF-4 (``.nc``, ``.nc4``), AnnData (``.h5ad``), HDF-EOS5
+#: (``.he5``) and ``.hdf``; the driver checks the HDF5 signature when it opens them.
+HDF5_SUFFIXES = (".h5", ".hdf5", ".nc", ".nc4", ".h5ad", ".he5", ".hdf")
 ZARR_SUFFIXES = (".zarr",)
 #: Metadata files that make a local directory a Zarr array or group (v3, v2).
 ZARR_METADATA = ("zarr.json", ".zarray")

@@ -37,6 +37,7 @@ import os
 from typing import Any
 
 import h5py
+import hdf5plugin
 import numpy as np
 
 from oocarr.errors import (
@@ -77,6 +78,7 @@ from oocarr_drivers.hdf5_handles import (
     SharedFile,
     borrowed,
     ensure_file,
+    not_hdf5,
 )
 
 __all__ = ["HDF5Array"]
@@ -248,6 +250,13 @@ def _dataset_dtype(dset: h5py.Dataset, locator: Locator) -> np.dtype:
     return as_dtype(np.dtype(raw.str), url=url)
 
 
+#: Names of the filters hdf5plugin registers, by HDF5 filter id (HDF5's own names for them
+#: are ``hdf5`` for LZ4 and Zstd, and ``bitshuffle;`` ...).
+_PLUGIN_FILTERS = {
+    code: {"bshuf": "bitshuffle"}.get(name, name) for name, code in hdf5plugin.FILTERS.items()
+}
+
+
 def _filters(dset: h5py.Dataset) -> str | None:
     """The dataset's compression in ``create``'s form (``"gzip:4"``, ``"lzf"``)."""
     plist = dset.id.get_create_plist()
@@ -260,6 +269,8 @@ def _filters(dset: h5py.Dataset) -> str | None:
             names.append(f"gzip:{values[0] if values else DEFAULT_GZIP_LEVEL}")
         elif code == h5py.h5z.FILTER_LZF:
             names.append("lzf")
+        elif code in _PLUGIN_FILTERS:
+            names.append(_PLUGIN_FILTERS[code])
         else:
             text = name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
             names.append(text.split()[0].lower() if text.strip() else f"filter-{code}")
@@ -567,7 +578,7 @@ class HDF5Array(BlockedArray):
         require_exists(os.path.isfile(path), locator, "file")
         _check_usable(path, locator.full_url)
         if not _is_hdf5(path):
-            raise corrupt(locator, "the file is not in HDF5 format")
+            raise not_hdf5(locator)
         with borrowed(path, mode == "r+", locator) as entry:
             _check_inside(entry.file, None, locator, writing=mode == "r+")
             dset = _require_dataset(entry.file, locator)
@@ -702,7 +713,7 @@ class HDF5Array(BlockedArray):
         if not os.path.isfile(path):
             return
         if not _is_hdf5(path):
-            raise corrupt(locator, "the file is not in HDF5 format, so it holds no dataset")
+            raise not_hdf5(locator, ", so it holds no dataset")
         _check_usable(path, locator.full_url)
         with borrowed(path, True, locator) as entry:
             file = entry.file
@@ -1000,7 +1011,7 @@ class HDF5Array(BlockedArray):
         path = locator.url
         require_exists(os.path.isfile(path), locator, "file")
         if not _is_hdf5(path):
-            raise corrupt(locator, "the file is not in HDF5 format")
+            raise not_hdf5(locator)
         with borrowed(path, False, locator) as entry:
             top = _lookup(entry.file, locator.path)
             if top is None:

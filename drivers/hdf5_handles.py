@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import h5py
+import hdf5plugin  # noqa: F401  (registers every filter it ships with HDF5, once per process)
 
 from oocarr.errors import OocarrError, ReadOnlyError, StorageBusyError, WriteError
 from oocarr.store import Locator, corrupt, require_exists
@@ -41,6 +42,7 @@ __all__ = [
     "SharedFile",
     "borrowed",
     "ensure_file",
+    "not_hdf5",
 ]
 
 #: Evict fully read or written chunks first: a chunk cut by a page boundary outlives them.
@@ -236,7 +238,31 @@ def _open_error(err: OSError, mode: str, locator: Locator) -> OocarrError:
             "write elsewhere",
             url=url,
         )
+    if _is_netcdf3(locator.url):
+        return not_hdf5(locator)
     return corrupt(locator, f"h5py cannot open the file ({err})")
+
+
+def not_hdf5(locator: Locator, detail: str = "") -> OocarrError:
+    """The error for a file at ``locator`` that is not HDF5, saying so when it is netCDF-3."""
+    if _is_netcdf3(locator.url):
+        return corrupt(
+            locator,
+            "it is a netCDF-3 (classic) file, not HDF5: oocarr reads netCDF-4 files, which are "
+            "HDF5; convert it first (nccopy -k nc4 IN OUT, or xarray's to_netcdf)",
+        )
+    return corrupt(locator, f"the file is not in HDF5 format{detail}")
+
+
+def _is_netcdf3(path: str) -> bool:
+    """Whether the local file at ``path`` starts with a netCDF-3 signature (``CDF`` and
+    format 1, 2 or 5)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError:
+        return False
+    return len(head) == 4 and head[:3] == b"CDF" and head[3] in (1, 2, 5)
 
 
 def _lock_error(err: OSError, url: str, writing: bool) -> OocarrError:

@@ -56,7 +56,8 @@ def checksum(store: BlockedArray, tile: tuple[int, ...], advance=None) -> str:
     digest = hashlib.blake2b(digest_size=16)
     native = store.dtype.newbyteorder("=")
     for _region, values in read_tiles(store, tile):
-        digest.update(np.ascontiguousarray(values, dtype=native).data)
+        # bytes, not ``.data``: the buffer protocol has no format for ml_dtypes' bfloat16
+        digest.update(np.ascontiguousarray(values, dtype=native).view(np.uint8))
         if advance is not None:
             advance(values.nbytes)
     return digest.hexdigest()

@@ -91,38 +91,22 @@ def test_every_plugin_filter_reads_without_importing_hdf5plugin(plugin_file):
         assert compression == label, name
 
 
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    """The ``oocarr`` command in a fresh interpreter (which never imports hdf5plugin itself)."""
+    return _run(
+        "import sys; from oocarr.cli.main import main; sys.argv[0] = 'oocarr'; main()", *args
+    )
+
+
 def test_the_cli_inspects_and_converts_plugin_filtered_datasets(plugin_file, tmp_path):
     for name, (_, label) in FILTERS.items():
-        result = _run(
-            """
-            import sys
-            from oocarr.cli.main import main
-            sys.argv = ["oocarr", *sys.argv[1:]]
-            main()
-            """,
-            "inspect",
-            "--json",
-            "--stats",
-            f"{plugin_file}#/{name}",
-        )
+        result = _cli("inspect", "--json", "--stats", f"{plugin_file}#/{name}")
         assert result.returncode == 0, result.stderr
         info = json.loads(result.stdout)
         assert info["compression"] == label
         assert info["stats"]["max"] == float(DATA.max())
     out = str(tmp_path / "lz4.zarr")
-    result = _run(
-        """
-        import sys
-        from oocarr.cli.main import main
-        sys.argv = ["oocarr", *sys.argv[1:]]
-        main()
-        """,
-        "convert",
-        "-q",
-        "--verify",
-        f"{plugin_file}#/lz4",
-        out,
-    )
+    result = _cli("convert", "-q", "--verify", f"{plugin_file}#/lz4", out)
     assert result.returncode == 0, result.stderr
     np.testing.assert_array_equal(oocarr.to_numpy(oocarr.open(out)), DATA)
 

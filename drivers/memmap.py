@@ -15,7 +15,6 @@ temporary name beside the target and renamed into place on commit.
 
 from __future__ import annotations
 
-import errno
 import itertools
 import json
 import math
@@ -33,10 +32,8 @@ from oocarr.errors import (
     InvalidArgumentError,
     InvalidStoreError,
     InvalidUrlError,
-    OocarrError,
     ReadOnlyError,
     UnsupportedDtypeError,
-    WriteError,
 )
 from oocarr.store import (
     BlockedArray,
@@ -50,6 +47,7 @@ from oocarr.store import (
     is_local,
     normalize_container,
     require_exists,
+    storage_error,
     temp_sibling,
 )
 from oocarr_drivers.claims import MEMMAP_SUFFIXES, memmap_can_list, memmap_can_open
@@ -68,8 +66,6 @@ _MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 #: Largest byte size of an array: NumPy's (and the file system's) sizes are 64-bit signed.
 MAX_NBYTES = 2**63 - 1
 
-_READ_ONLY_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM)
-
 
 def _write_json_temp(path: str, data: Mapping[str, Any]) -> str:
     """Write ``data`` to a fresh temporary beside ``path`` (removed if that fails)."""
@@ -85,27 +81,6 @@ def _write_json_temp(path: str, data: Mapping[str, Any]) -> str:
 
 def _write_json_atomic(path: str, data: Mapping[str, Any]) -> None:
     os.replace(_write_json_temp(path, data), path)
-
-
-def _storage_error(url: str, action: str, err: OSError) -> OocarrError:
-    """A typed error naming ``url`` for an ``OSError`` met while writing it.
-
-    Examples
-    --------
-    >>> _storage_error("/ro/a.npy", "create", OSError(errno.EROFS, "Read-only file system"))
-    ReadOnlyError('cannot create /ro/a.npy: Read-only file system; write it to a writable location')
-    """
-    reason = err.strerror or str(err)
-    if err.errno in _READ_ONLY_ERRNOS:
-        return ReadOnlyError(
-            f"cannot {action} {url}: {reason}; write it to a writable location", url=url
-        )
-    advice = "free some space or write it elsewhere" if err.errno == errno.ENOSPC else ""
-    return WriteError(
-        f"cannot {action} {url}: {reason}{'; ' + advice if advice else ''}; what was stored "
-        "there before is unchanged",
-        url=url,
-    )
 
 
 def _layout_ints(value: Any, name: str, url: str) -> list[int]:
@@ -466,7 +441,7 @@ class MemmapArray(BlockedArray):
                 offset = _npy_header(tmp)[3]
         except OSError as err:
             _discard(tmp)
-            raise _storage_error(path, "create", err) from err
+            raise storage_error("creating", path, err) from err
         store = cls(locator, shape, dtype, mode="r+", data_path=tmp, offset=offset, pending=True)
         store._pending_attrs = dict(attrs)
         return store
@@ -553,7 +528,7 @@ class MemmapArray(BlockedArray):
             try:
                 self._ensure_mapped()[region] = value
             except OSError as err:
-                raise _storage_error(self.url, "write to", err) from err
+                raise storage_error("writing", self.url, err) from err
             return
         fd, data, pos = self._file(), value.reshape(-1).view(np.uint8), 0
         for offset, nbytes in _runs(self.shape, region, self.itemsize):
@@ -563,7 +538,7 @@ class MemmapArray(BlockedArray):
                 try:
                     written += os.pwrite(fd, view[written:], self._offset + offset + written)
                 except OSError as err:
-                    raise _storage_error(self.url, "write to", err) from err
+                    raise storage_error("writing", self.url, err) from err
             pos += nbytes
 
     def _flush(self) -> None:
@@ -572,7 +547,7 @@ class MemmapArray(BlockedArray):
                 try:
                     self._mm.flush()
                 except OSError as err:
-                    raise _storage_error(self.url, "write to", err) from err
+                    raise storage_error("writing", self.url, err) from err
 
     def _release(self) -> None:
         with self._handle_lock:
@@ -596,7 +571,7 @@ class MemmapArray(BlockedArray):
         except OSError as err:
             if attrs_tmp is not None:
                 _discard(attrs_tmp)
-            raise _storage_error(path, "commit", err) from err
+            raise storage_error("committing", path, err) from err
         if attrs_tmp is not None:
             os.replace(attrs_tmp, path + ATTRS_SUFFIX)
         else:
@@ -633,7 +608,7 @@ class MemmapArray(BlockedArray):
             else:
                 _remove(self.locator.url + ATTRS_SUFFIX)
         except OSError as err:
-            raise _storage_error(self.url, "write the attrs of", err) from err
+            raise storage_error("writing the attrs of", self.url, err) from err
 
     def _stored_nbytes(self) -> int | None:
         try:

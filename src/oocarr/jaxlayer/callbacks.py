@@ -28,7 +28,7 @@ from oocarr.errors import ReadOnlyError
 from oocarr.store.blocked import BlockedArray
 from oocarr.store.locator import Locator
 from oocarr.store.registry import get_driver
-from oocarr.store.scratch import scratch_dir
+from oocarr.store.scratch import is_scratch
 
 from . import jit_errors
 from .disk_array import MARKER_DTYPE, DiskArray, DiskArrayType, is_writable
@@ -200,12 +200,8 @@ def create_store(locator: Locator, shape: tuple[int, ...], dtype: Any) -> Blocke
     [0.0, 0.0]
     """
     driver = get_driver(locator.driver)
-    layout = {} if _is_scratch(locator) else _stored_layout(driver, locator, shape)
+    layout = {} if is_scratch(locator) else _stored_layout(driver, locator, shape)
     return driver.create(locator, shape, dtype, overwrite=True, **layout)
-
-
-def _is_scratch(locator: Locator) -> bool:
-    return locator.url.startswith(scratch_dir())
 
 
 def _stored_layout(
@@ -238,7 +234,7 @@ def check_writable(aval: DiskArrayType) -> None:
     >>> check_writable(oocarr.from_numpy(np.ones(2)).aval)  # scratch: writable
     """
     locator = aval.locator
-    if aval.tangent or is_writable(locator) or _is_scratch(locator):
+    if aval.tangent or is_writable(locator) or is_scratch(locator):
         return
     raise ReadOnlyError(
         f"{locator.full_url} was not opened for writing; open it with mode='r+' to update it",

@@ -16,11 +16,12 @@ Examples
 
 from .blocked import BlockedArray, corrupt, jsonable_attrs, require_exists, temp_sibling
 from .compression import Compression
-from .containment import check_within, follow_external_option, follows_external, storage_error
+from .containment import check_within, follow_external_option, follows_external
 from .dtypes import BFLOAT16, as_dtype, dtype_token, is_bfloat16
 from .locator import Locator, is_local, normalize_container
 from .locks import pid_alive
 from .pages import DEFAULT_CHUNK_BYTES, DEFAULT_PAGE_BYTES, check_layout, grow_block, region_shape
+from .storage_errors import storage_error
 
 __all__ = [
     "BlockedArray",

@@ -1,15 +1,12 @@
-"""Keeping writes inside the container the user named, and naming it when storage fails.
+"""Keeping writes inside the container the user named.
 
-Three guards every writer shares:
+Two guards every writer shares:
 
 - :func:`check_apart` refuses a copy whose destination lies inside its
   source's storage or holds it (``convert a.zarr a.zarr/b.zarr``): writing
   it would change, or on ``--overwrite`` delete, the source;
 - :func:`check_within` refuses a path that leads out of a local container
-  through a symbolic link (a chunk file or directory linked elsewhere);
-- :func:`storage_error` turns an ``OSError`` of the operating system (disk
-  full, read-only filesystem, permission lost) into the oocarr error that
-  names the URL being written.
+  through a symbolic link (a chunk file or directory linked elsewhere).
 
 An array's storage is taken to be its container plus its inner path: a
 Zarr array ``c.zarr#/g/x`` is the directory ``c.zarr/g/x``, an HDF5
@@ -21,19 +18,15 @@ endpoint).
 
 from __future__ import annotations
 
-import errno
 import os
 import posixpath
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from oocarr.errors import (
     InvalidArgumentError,
     InvalidStoreError,
-    OocarrError,
     ReadOnlyError,
-    WriteError,
 )
 
 from .locator import Locator, is_local
@@ -45,7 +38,6 @@ __all__ = [
     "check_within",
     "follow_external_option",
     "follows_external",
-    "storage_error",
 ]
 
 #: The open option that says whether reads may follow links out of the container.
@@ -53,9 +45,6 @@ FOLLOW_EXTERNAL = "follow_external"
 
 #: fsspec protocols that name the same filesystem.
 _ALIASES = {"s3a": "s3", "gcs": "gs", "abfs": "az", "abfss": "az", "adl": "az", "local": "file"}
-_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
-_NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
-_ERRNO = re.compile(r"errno = (\d+)")
 
 
 def _endpoint(options: Mapping[str, Any]) -> Any:
@@ -217,45 +206,3 @@ def follows_external(locator: Locator) -> bool:
     False
     """
     return locator.driver_kwargs.get(FOLLOW_EXTERNAL, True) is not False
-
-
-def storage_error(action: str, url: str, err: Exception) -> OocarrError:
-    """The oocarr error for an ``OSError`` raised while ``action`` (e.g. ``"writing"``) ``url``
-    (or a library's error whose text carries ``errno = N``, as HDF5's do).
-
-    A full disk or quota gives :class:`~oocarr.errors.WriteError`, a
-    read-only filesystem or lost permission
-    :class:`~oocarr.errors.ReadOnlyError`, anything else ``WriteError``;
-    an oocarr error is returned as it is.
-
-    Examples
-    --------
-    >>> import errno
-    >>> err = storage_error("writing", "a.zarr", OSError(errno.ENOSPC, "No space left on device"))
-    >>> type(err).__name__, str(err)  # doctest: +ELLIPSIS
-    ('WriteError', 'writing a.zarr failed: no space left on the device ...')
-    """
-    if isinstance(err, OocarrError):
-        return err
-    text = " ".join(str(err).split())
-    code = getattr(err, "errno", None)
-    if code is None and (found := _ERRNO.search(text)):
-        code = int(found.group(1))
-    if code in _NO_SPACE or "No space left" in text or "Disk quota" in text:
-        return WriteError(
-            f"{action} {url} failed: no space left on the device ({text}); free some space "
-            "or write elsewhere",
-            url=url,
-        )
-    if code == errno.EROFS or "Read-only file system" in text:
-        return ReadOnlyError(
-            f"{action} {url} failed: the filesystem is mounted read-only ({text}); write to "
-            "a writable location",
-            url=url,
-        )
-    if code in _NOT_WRITABLE:
-        return ReadOnlyError(
-            f"{action} {url} failed: permission denied ({text}); check the permissions",
-            url=url,
-        )
-    return WriteError(f"{action} {url} failed: {text}; check the storage", url=url)

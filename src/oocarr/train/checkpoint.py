@@ -49,11 +49,11 @@ from oocarr.errors import (
 from oocarr.jaxlayer.disk_array import DiskArray
 from oocarr.store import registry
 from oocarr.store.blocked import BlockedArray
-from oocarr.store.containment import storage_error
 from oocarr.store.dtypes import as_dtype, dtype_token
 from oocarr.store.locator import Locator, is_local, split_url
 from oocarr.store.pages import DEFAULT_PAGE_BYTES
 from oocarr.store.scratch import scratch_locator
+from oocarr.store.storage_errors import storage_error
 
 __all__ = ["save_params", "load_params"]
 

@@ -1,4 +1,4 @@
-"""The fsspec driver: Zarr v3 arrays on any fsspec filesystem, written with fsspec directly.
+"""The fsspec driver: Zarr v2 and v3 arrays on any fsspec filesystem, written with fsspec directly.
 
 URL forms
 ---------
@@ -12,9 +12,12 @@ URL forms
 ``zip://data.zarr::path/to/archive.zip``
     Read-only access to a Zarr hierarchy stored in a zip archive.
 
-Chunks are written under the array's final prefix (or, when overwriting,
-under a hidden sibling prefix) and ``zarr.json`` is written last, at
-commit, so a half-written array never opens.  See ``docs/drivers/fsspec.md``.
+Chunks (or shards) are written under the array's final prefix (or, when
+overwriting, under a hidden sibling prefix) and the metadata (``zarr.json``,
+or ``.zarray`` after ``.zattrs``) is written last, at commit, so a
+half-written array never opens.  Every chunk read is one request (a
+byte-range read, so S3 needs no ``HEAD`` first), many in flight at once
+through fsspec's ``cat_ranges``.  See ``docs/drivers/fsspec.md``.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import math
 import os
 import re
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -46,8 +50,10 @@ from oocarr.errors import (
     OocarrError,
     ReadOnlyError,
     UnsupportedCompressionError,
+    UnsupportedDtypeError,
 )
 from oocarr.store import (
+    BFLOAT16,
     DEFAULT_CHUNK_BYTES,
     BlockedArray,
     Locator,
@@ -60,9 +66,10 @@ from oocarr.store import (
     require_exists,
     storage_error,
 )
+from oocarr_drivers import zarr_v2
 from oocarr_drivers.chunk_runs import read_chunk_region
 from oocarr_drivers.claims import ZARR_SUFFIXES, zarr_can_open
-from oocarr_drivers.zarr_codecs import LEVEL_RANGES, CodecPipeline, chunk_error
+from oocarr_drivers.zarr_codecs import LEVEL_RANGES, WRITABLE, CodecPipeline, chunk_error
 from oocarr_drivers.zarr_meta import (
     DATA_TYPES,
     ArrayMeta,
@@ -70,14 +77,24 @@ from oocarr_drivers.zarr_meta import (
     array_document,
     group_document,
     parse_array,
+    parse_dimension_names,
     parse_document,
     read_document,
     zarr_type_name,
 )
+from oocarr_drivers.zarr_shards import EMPTY, ShardLayout, coalesce
 
 __all__ = ["ZarrArray"]
 
 META_KEY = "zarr.json"
+#: Metadata documents of either format that make a prefix an array.
+ARRAY_KEYS = (META_KEY, zarr_v2.ARRAY_KEY)
+#: Options ``create`` takes for the layout of a new array (not kept in its locator).
+CREATE_OPTIONS = ("zarr_format", "shards")
+#: Largest shard oocarr picks for ``shards="auto"``.
+DEFAULT_SHARD_BYTES = 32 * 2**20
+#: Bytes of shard indices kept per open array (the index of a shard is read once).
+INDEX_CACHE_BYTES = 4 * 2**20
 #: Decoded bytes of the chunks fetched (or written) in one batch of requests.
 BATCH_BYTES = 64 * 2**20
 #: Most chunk requests in one batch.
@@ -177,39 +194,50 @@ class _NotAChunk(Exception):
         self.key, self.err = key, err
 
 
-def _fetch(fs: fsspec.AbstractFileSystem, keys: list[str], url: str) -> dict[str, bytes | None]:
-    """The stored bytes of each key (``None`` when absent), fetched concurrently where possible."""
-    if len(keys) > 1 and fs.async_impl and not any(_GLOB_CHARS.search(k) for k in keys):
-        found = fs.cat(keys, on_error="return")
-        out: dict[str, bytes | None] = {}
-        rest = []
-        for key in keys:
-            value = found[key] if key in found else found.get(fs._strip_protocol(key), _UNSEEN)
-            if value is _UNSEEN:
-                rest.append(key)  # named differently by the backend: fetch it on its own
-            elif isinstance(value, FileNotFoundError):
-                out[key] = None
-            elif isinstance(value, (IsADirectoryError, NotADirectoryError)):
-                raise _NotAChunk(key, value)
-            elif isinstance(value, BaseException):
-                value.add_note(f"while reading chunk {key!r} of {url}")
-                raise value
-            else:
-                out[key] = value
-        keys = rest
+def _fetch_ranges(
+    fs: fsspec.AbstractFileSystem, requests: list[tuple[str, int, int | None]], url: str
+) -> list[bytes | None]:
+    """The bytes of each ``(key, start, end)`` range (``None`` where there is no object).
+
+    Each range is one request: a ranged ``GET`` on object stores (an open-ended
+    ``bytes=0-`` for a whole chunk, so s3fs asks for no size first; a suffix
+    ``bytes=-n`` for a shard index at the end), all in flight at once through
+    ``cat_ranges`` on asynchronous filesystems; a missing chunk is told by the
+    same request's not-found answer.
+    """
+    if not requests:
+        return []
+    keys = [k for k, _, _ in requests]
+    starts = [a for _, a, _ in requests]
+    ends = [b for _, _, b in requests]
+    if fs.async_impl and len(requests) > 1:
+        found = fs.cat_ranges(keys, starts, ends, on_error="return")
     else:
-        out = {}
-    for key in keys:
-        try:
-            out[key] = fs.cat_file(key)
-        except FileNotFoundError:
-            out[key] = None
-        except (IsADirectoryError, NotADirectoryError) as err:
-            raise _NotAChunk(key, err) from None
-        except OSError as err:
-            err.add_note(f"while reading chunk {key!r} of {url}")
-            raise
+        found = []
+        for key, start, end in requests:
+            try:
+                found.append(fs.cat_file(key, start=start, end=end))
+            except Exception as err:  # sorted out below, as cat_ranges' answers are
+                found.append(err)
+    out: list[bytes | None] = []
+    for key, value in zip(keys, found):
+        if isinstance(value, FileNotFoundError):
+            out.append(None)
+        elif isinstance(value, (IsADirectoryError, NotADirectoryError)):
+            raise _NotAChunk(key, value)
+        elif isinstance(value, BaseException):
+            if isinstance(value, OSError):
+                value.add_note(f"while reading chunk {key!r} of {url}")
+            raise value
+        else:
+            out.append(value)
     return out
+
+
+def _fetch(fs: fsspec.AbstractFileSystem, keys: list[str], url: str) -> dict[str, bytes | None]:
+    """The stored bytes of each key (``None`` when absent), one request each."""
+    found = _fetch_ranges(fs, [(key, 0, None) for key in keys], url)
+    return dict(zip(keys, found))
 
 
 def _read_file_into(path: str, buffer: np.ndarray) -> bool:
@@ -259,6 +287,8 @@ def _probe(fs: fsspec.AbstractFileSystem, prefix: str, locator: Locator) -> tupl
         except InvalidStoreError:
             return "other", "an unreadable zarr.json"
         return ("group", "a Zarr group") if doc["node_type"] == "group" else ("array", "an array")
+    if read_document(fs, _join(prefix, zarr_v2.ARRAY_KEY), locator) is not None:
+        return "array", "a Zarr v2 array"
     try:
         entries = fs.ls(prefix, detail=True, refresh=True)
     except (FileNotFoundError, NotADirectoryError):
@@ -269,17 +299,18 @@ def _probe(fs: fsspec.AbstractFileSystem, prefix: str, locator: Locator) -> tupl
         if name == prefix.rstrip("/"):
             return "foreign", "a file"
         names.append(_split(name)[1])
-    if ".zarray" in names:
-        return "other", "a Zarr v2 array"
     if ".zgroup" in names:
         return "group", "a Zarr v2 group"
     if not names:
         return "empty", "nothing"
-    if all(n == "c" or n.startswith(f".{META_KEY}.tmp-") for n in names):
+    if all(_LEFTOVER.fullmatch(n) for n in names):
         return "leftover", "chunks of an unfinished create"
     return "foreign", "files that are not a Zarr array (" + ", ".join(sorted(names)[:3]) + ")"
 
 
+#: What an unfinished create leaves: chunk keys, attributes, temporary metadata files.
+_V2_CHUNK = re.compile(r"\d+(\.\d+)*")
+_LEFTOVER = re.compile(r"c|\d+(\.\d+)*|\.zattrs|\.(zarr\.json|zarray|zattrs)\.tmp-.*")
 #: Names an array's own directory holds: metadata, chunk keys (``c``, ``c.0.1``, ``0.1``).
 _OWN_NAME = re.compile(r"zarr\.json|\.zarray|\.zattrs|c|c\..*|\d+(\.\d+)*|\..*")
 
@@ -322,6 +353,99 @@ def _codec_pool() -> ThreadPoolExecutor:
         return _POOL
 
 
+# ----------------------------------------------------------------------
+# Metadata of either format, and the layout of new arrays
+# ----------------------------------------------------------------------
+def _read_meta(fs: fsspec.AbstractFileSystem, prefix: str, locator: Locator) -> ArrayMeta:
+    """The array at ``prefix``: its ``zarr.json``, else its ``.zarray`` and ``.zattrs``."""
+    raw = read_document(fs, _join(prefix, META_KEY), locator)
+    if raw is not None:
+        return parse_array(parse_document(raw, locator), locator)
+    doc = zarr_v2.parse_json(
+        read_document(fs, _join(prefix, zarr_v2.ARRAY_KEY), locator), ".zarray", locator
+    )
+    if doc is None:
+        if read_document(fs, _join(prefix, zarr_v2.GROUP_KEY), locator) is not None:
+            raise InvalidStoreError(
+                f"{locator.full_url} is a Zarr group, not an array; address an array inside "
+                "it with URL#/name",
+                url=locator.full_url,
+            )
+        require_exists(False, locator, "Zarr array (zarr.json or .zarray)")
+    attrs = zarr_v2.parse_json(
+        read_document(fs, _join(prefix, zarr_v2.ATTRS_KEY), locator), ".zattrs", locator
+    )
+    return zarr_v2.parse_array(doc, attrs, locator)
+
+
+def _freeze_shards(value: Any) -> Any:
+    return list(value) if isinstance(value, (tuple, list)) else value
+
+
+def _check_layout_options(layout: dict[str, Any], url: str) -> None:
+    """Refuse a ``zarr_format`` other than 2 or 3, and ``shards`` that are not a shape,
+    ``"auto"`` or ``None`` (or given for a v2 array, which has no sharding)."""
+    zarr_format = layout.get("zarr_format", 3)
+    if zarr_format not in (2, 3) or isinstance(zarr_format, bool):
+        raise InvalidArgumentError(f"zarr_format={zarr_format!r} for {url} must be 2 or 3", url=url)
+    shards = layout.get("shards")
+    if shards is None:
+        return
+    if zarr_format == 2:
+        raise InvalidArgumentError(
+            f"Zarr v2 has no sharding, so {url} cannot take shards={shards!r}; drop shards= "
+            "or write Zarr v3 (zarr_format=3)",
+            url=url,
+        )
+    if shards == "auto":
+        return
+    if not isinstance(shards, (list, tuple)) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in shards
+    ):
+        raise InvalidArgumentError(
+            f"shards={shards!r} for {url} must be a shape of positive integers (a multiple of "
+            "the chunks on every axis), 'auto' or None",
+            url=url,
+        )
+
+
+def _largest_divisor(n: int, most: int) -> int:
+    return next(d for d in range(max(1, min(n, most)), 0, -1) if n % d == 0)
+
+
+def _layout(
+    shape: tuple[int, ...], dtype: np.dtype, chunks: Any, shards: Any, url: str
+) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+    """The chunk shape (inner chunks when sharded) and the shard shape of a new array."""
+    if shards is None:
+        if chunks is None:
+            chunks = ZarrArray.default_chunks(shape, dtype)
+        return tuple(chunks), None
+    if shards == "auto":
+        if chunks is None:
+            chunks = ZarrArray.default_chunks(shape, dtype)
+        chunks = tuple(chunks)
+        grown = grow_block(shape, dtype.itemsize, DEFAULT_SHARD_BYTES, base=chunks)
+        return chunks, tuple(-(-g // c) * c for g, c in zip(grown, chunks))
+    shards = tuple(shards)
+    if len(shards) != len(shape):
+        raise InvalidArgumentError(
+            f"shards {list(shards)} for {url} do not match the array's {len(shape)} axes",
+            url=url,
+        )
+    if chunks is None:
+        first = grow_block(shards, dtype.itemsize, DEFAULT_CHUNK_BYTES)
+        chunks = tuple(_largest_divisor(s, c) for s, c in zip(shards, first))
+    chunks = tuple(chunks)
+    if any(s % c for s, c in zip(shards, chunks)):
+        raise InvalidArgumentError(
+            f"shards {list(shards)} for {url} are not a multiple of the chunks {list(chunks)} "
+            "on every axis; pick shards made of whole chunks",
+            url=url,
+        )
+    return chunks, shards
+
+
 def _chunk_ranges(region: tuple[slice, ...], chunks: tuple[int, ...]) -> list[range]:
     return [range(r.start // c, (r.stop - 1) // c + 1) for r, c in zip(region, chunks)]
 
@@ -333,12 +457,14 @@ def _batches(indices: Iterator[tuple[int, ...]], chunk_nbytes: int) -> Iterator[
 
 
 class ZarrArray(BlockedArray):
-    """A Zarr v3 array on any fsspec filesystem.
+    """A Zarr v2 or v3 array on any fsspec filesystem.
 
-    Reads regular-grid arrays with the ``bytes`` (either byte order),
-    ``transpose``, ``gzip``, ``zstd`` and ``crc32c`` codecs; writes
-    little-endian ``bytes`` plus optional ``gzip`` or ``zstd``, readable by
-    zarr-python and TensorStore.
+    Reads regular-grid arrays of either format with any codec numcodecs
+    registers (Blosc, Zstd, GZip, Zlib, BZ2, LZ4, CRC32C, the v2 filters),
+    either byte order, C or F order, and sharded v3 arrays
+    (``sharding_indexed``); writes v3 (default) or v2 (``zarr_format=2``),
+    sharded (``shards=``) or not, with ``gzip``, ``zstd``, ``blosc``,
+    ``lz4``, ``zlib`` or ``bz2``, readable by zarr-python and TensorStore.
 
     Examples
     --------
@@ -353,7 +479,7 @@ class ZarrArray(BlockedArray):
 
     name = "fsspec"
     suffixes = ZARR_SUFFIXES
-    compressions = frozenset({"gzip", "zstd"})
+    compressions = WRITABLE
     supports_out_buffer = True
     supports_partial_chunk_writes = False
 
@@ -382,6 +508,8 @@ class ZarrArray(BlockedArray):
         self._follow = follows_external(locator)
         # Local directories checked to lie inside the container (chunk writes never leave it).
         self._inside: set[str] = set()
+        self._index_cache: OrderedDict[tuple[int, ...], np.ndarray | None] = OrderedDict()
+        self._index_lock = threading.Lock()
 
     # -- locating ------------------------------------------------------
     @classmethod
@@ -391,14 +519,17 @@ class ZarrArray(BlockedArray):
     @classmethod
     def locate(cls, container, inner, storage_options=None, driver_options=None) -> Locator:
         driver_options = dict(driver_options or {})
+        layout = {k: driver_options.pop(k) for k in CREATE_OPTIONS if k in driver_options}
         kept = follow_external_option(driver_options, container)
         if driver_options:
             raise InvalidArgumentError(
-                f"the fsspec driver takes no driver options but follow_external (got "
-                f"{sorted(driver_options)}) for {container}; pass fsspec settings as "
-                "storage_options=",
+                f"the fsspec driver takes no driver options but follow_external, zarr_format "
+                f"and shards (got {sorted(driver_options)}) for {container}; pass fsspec "
+                "settings as storage_options=",
                 url=container,
             )
+        _check_layout_options(layout, container)
+        kept.update({k: _freeze_shards(v) for k, v in layout.items() if v is not None})
         segments = container.split("::")
         for i, segment in enumerate(segments):
             stripped = segment.rstrip("/")
@@ -438,17 +569,7 @@ class ZarrArray(BlockedArray):
                 "with mode='r' or copy it to a directory to write",
                 url=locator.full_url,
             )
-        raw = read_document(fs, _join(prefix, META_KEY), locator)
-        if raw is None:
-            if fs.exists(_join(prefix, ".zarray")) or fs.exists(_join(prefix, ".zgroup")):
-                raise InvalidStoreError(
-                    f"{locator.full_url} is Zarr v2, and oocarr reads Zarr v3 only; convert "
-                    "it with zarr-python: zarr.create_array(NEW_PATH, "
-                    "data=zarr.open_array(OLD_PATH), zarr_format=3)",
-                    url=locator.full_url,
-                )
-            require_exists(False, locator, "Zarr array (zarr.json)")
-        meta = parse_array(parse_document(raw, locator), locator)
+        meta = _read_meta(fs, prefix, locator)
         return cls(locator, meta, mode=mode, base=base, prefix=prefix, data_prefix=prefix, fs=fs)
 
     @classmethod
@@ -471,6 +592,8 @@ class ZarrArray(BlockedArray):
         parents = [_join(base, "/".join(parts[:i])) for i in range(len(parts) + 1)]
         for parent in parents:
             raw = read_document(fs, _join(parent, META_KEY), locator)
+            if raw is None and read_document(fs, _join(parent, zarr_v2.ARRAY_KEY), locator):
+                raw = b'{"zarr_format": 3, "node_type": "array"}'
             try:
                 node = None if raw is None else parse_document(raw, locator)["node_type"]
             except InvalidStoreError as err:
@@ -499,7 +622,17 @@ class ZarrArray(BlockedArray):
             )
         cls._check_levels(compression, url)
         dtype = DATA_TYPES[zarr_type_name(dtype)]
-        chunks = cls.default_chunks(shape, dtype) if chunks is None else tuple(chunks)
+        options = locator.driver_kwargs
+        zarr_format = options.pop("zarr_format", 3)
+        shards = options.pop("shards", None)
+        if zarr_format == 2 and dtype == BFLOAT16:
+            raise UnsupportedDtypeError(
+                f"Zarr v2 has no bfloat16 type, so {url} cannot hold one; store it as Zarr v3 "
+                "(the default) or cast it to float32",
+                url=url,
+            )
+        chunks, shard_shape = _layout(shape, dtype, chunks, shards, url)
+        locator = Locator.make(cls.name, locator.url, locator.path, locator.options, options)
         prefix = cls._prefix_of(locator, base)
         cls._check_parents(fs, base, locator)
         state, what = _probe(fs, prefix, locator)
@@ -518,19 +651,25 @@ class ZarrArray(BlockedArray):
             data_prefix = _hidden_sibling(prefix, locator)
         else:
             if state == "leftover":
-                _rm(fs, _join(prefix, "c"))
                 for entry in fs.ls(prefix, detail=False):
-                    if _split(entry)[1].startswith(f".{META_KEY}.tmp-"):
+                    if _LEFTOVER.fullmatch(_split(entry.rstrip("/"))[1]):
                         _rm(fs, entry)
             data_prefix = prefix
+        codecs = CodecPipeline.for_writing(dtype, compression, zarr_format)
         meta = ArrayMeta(
             shape=shape,
             dtype=dtype,
             chunks=chunks,
             fill_value=dtype.type(0),
-            key_encoding=KeyEncoding(),
-            codecs=CodecPipeline.for_writing(dtype, compression),
+            key_encoding=KeyEncoding("v2", ".") if zarr_format == 2 else KeyEncoding(),
+            codecs=codecs,
             attrs=dict(attrs),
+            zarr_format=zarr_format,
+            shards=(
+                None
+                if shard_shape is None
+                else ShardLayout.for_writing(shard_shape, chunks, codecs, locator)
+            ),
         )
         store = cls(
             locator,
@@ -561,9 +700,10 @@ class ZarrArray(BlockedArray):
     @classmethod
     def exists(cls, locator: Locator) -> bool:
         fs, base = _filesystem(locator)
-        raw = read_document(fs, _join(cls._prefix_of(locator, base), META_KEY), locator)
+        prefix = cls._prefix_of(locator, base)
+        raw = read_document(fs, _join(prefix, META_KEY), locator)
         if raw is None:
-            return False
+            return read_document(fs, _join(prefix, zarr_v2.ARRAY_KEY), locator) is not None
         try:
             return parse_document(raw, locator).get("node_type") == "array"
         except InvalidStoreError:
@@ -585,7 +725,8 @@ class ZarrArray(BlockedArray):
                 url=locator.full_url,
             )
         if state in ("array", "other"):
-            _rm(fs, _join(prefix, META_KEY))
+            for key in ARRAY_KEYS:
+                _rm(fs, _join(prefix, key))
             _rm(fs, prefix)
         elif state == "leftover":
             _rm(fs, prefix)
@@ -624,11 +765,14 @@ class ZarrArray(BlockedArray):
             if os.path.islink(path):
                 check_within(path, root, self.url, writing=writing)
 
-    def _overlap(self, index, region) -> tuple[tuple[slice, ...], tuple[slice, ...], bool]:
-        """Slices of chunk ``index`` and of the region where they meet, and whether the
-        region covers the chunk's part of the array entirely."""
+    def _overlap(
+        self, index, region, chunks: tuple[int, ...] | None = None
+    ) -> tuple[tuple[slice, ...], tuple[slice, ...], bool]:
+        """Slices of chunk ``index`` (of ``chunks``, this array's by default) and of the
+        region where they meet, and whether the region covers the chunk's part of the array
+        entirely."""
         in_chunk, in_region, whole = [], [], True
-        for i, c, r, n in zip(index, self._chunks, region, self._shape):
+        for i, c, r, n in zip(index, chunks or self._chunks, region, self._shape):
             lo, hi = i * c, min((i + 1) * c, n)
             start, stop = max(lo, r.start), min(hi, r.stop)
             in_chunk.append(slice(start - lo, stop - lo))
@@ -670,6 +814,9 @@ class ZarrArray(BlockedArray):
 
     def _read_chunks(self, region, out) -> None:
         fs = self._fs()
+        if self._meta.shards is not None:
+            self._read_sharded(fs, region, out)
+            return
         if isinstance(fs, LocalFileSystem) and self._meta.codecs.plain:
             self._read_local(fs, region, out)
             return
@@ -732,6 +879,9 @@ class ZarrArray(BlockedArray):
 
     def _write_chunks(self, region, value) -> None:
         fs = self._fs()
+        if self._meta.shards is not None:
+            self._write_sharded(fs, region, value)
+            return
 
         def encode(item) -> bytes:
             in_chunk, in_value = item
@@ -769,17 +919,242 @@ class ZarrArray(BlockedArray):
             items = [(k, found[k], c, v) for k, (_, c, v) in zip(keys, partial)]
             _store(fs, dict(zip(keys, self._map(update, items))))
 
+    # -- shards ----------------------------------------------------------
+    def _shard_indices(self, fs, shards: list[tuple[int, ...]]) -> dict:
+        """The index of each shard (``None`` for a shard not stored), each fetched once with
+        one byte-range request and kept while it fits :data:`INDEX_CACHE_BYTES`."""
+        layout = self._meta.shards
+        size = layout.index_nbytes
+        out: dict = {}
+        with self._index_lock:
+            for shard in shards:
+                if shard in self._index_cache:
+                    self._index_cache.move_to_end(shard)
+                    out[shard] = self._index_cache[shard]
+        todo = [shard for shard in shards if shard not in out]
+        keys = [self._key(shard) for shard in todo]
+        self._guard(fs, keys, writing=False)
+        ranges = [(k, 0, size) if layout.index_at_start else (k, -size, None) for k in keys]
+        for shard, key, data in zip(todo, keys, _fetch_ranges(fs, ranges, self.url)):
+            entries = None
+            if data is not None:
+                try:
+                    entries = layout.decode_index(data, key)
+                    layout.check_index(entries, None)
+                except ValueError as err:
+                    raise chunk_error(self._locator, key, err) from None
+            out[shard] = entries
+        with self._index_lock:
+            for shard in todo:
+                self._index_cache[shard] = out[shard]
+            most = max(1, INDEX_CACHE_BYTES // (layout.count * 16))
+            while len(self._index_cache) > most:
+                self._index_cache.popitem(last=False)
+        return out
+
+    def _forget_shards(self, shards) -> None:
+        with self._index_lock:
+            for shard in shards:
+                self._index_cache.pop(shard, None)
+
+    def _read_sharded(self, fs, region, out: np.ndarray) -> None:
+        """Read the inner chunks ``region`` needs: each shard's index, then one byte-range
+        request per run of adjacent needed inner chunks, decoded on the codec threads."""
+        layout = self._meta.shards
+        wanted: dict[tuple[int, ...], list] = {}
+        for index in self._indices(region):
+            shard, place = layout.local(index)
+            wanted.setdefault(shard, []).append((index, place))
+        per_batch = max(1, min(BATCH_KEYS, BATCH_BYTES // max(1, self._meta.chunk_nbytes)))
+
+        def fill(item) -> None:
+            index, key, data = item
+            in_chunk, in_out, _ = self._overlap(index, region)
+            if data is None:
+                out[in_out] = self._meta.fill_value
+                return
+            try:
+                chunk = self._meta.codecs.decode(data, self._chunks)
+            except ValueError as err:
+                raise chunk_error(self._locator, f"{key} (inner chunk {index})", err) from None
+            out[in_out] = chunk[in_chunk]
+
+        shards = list(wanted)
+        start = 0
+        while start < len(shards):
+            batch, count = [], 0
+            while start < len(shards) and (not batch or count < per_batch):
+                batch.append(shards[start])
+                count += len(wanted[shards[start]])
+                start += 1
+            indices = self._shard_indices(fs, batch)
+            items, requests, runs = [], [], []
+            for shard in batch:
+                key, entries = self._key(shard), indices[shard]
+                needed = []
+                for index, place in wanted[shard]:
+                    offset, nbytes = (EMPTY, EMPTY) if entries is None else entries[place]
+                    if offset == EMPTY and nbytes == EMPTY:
+                        items.append((index, key, None))
+                    else:
+                        needed.append((int(offset), int(nbytes), index))
+                for run in coalesce(needed):
+                    begin, end = run[0][0], run[-1][0] + run[-1][1]
+                    requests.append((key, begin, end))
+                    runs.append(run)
+            for (key, begin, end), data, run in zip(
+                requests, _fetch_ranges(fs, requests, self.url), runs
+            ):
+                if data is None or len(data) != end - begin:
+                    got = "no shard" if data is None else f"{len(data)} bytes"
+                    raise chunk_error(
+                        self._locator,
+                        key,
+                        ValueError(
+                            f"the shard is truncated: bytes {begin}..{end} of its inner "
+                            f"chunks gave {got}"
+                        ),
+                    )
+                view = memoryview(data)
+                for offset, nbytes, index in run:
+                    items.append((index, key, view[offset - begin : offset - begin + nbytes]))
+            self._map(fill, items)
+
+    def _write_sharded(self, fs, region, value: np.ndarray) -> None:
+        """Write every shard ``region`` touches whole, one writer per shard: a shard the
+        region covers is encoded from ``value``; one it covers in part is read, patched and
+        rewritten under the array's chunk lock."""
+        layout = self._meta.shards
+        shard_nbytes = math.prod(layout.shard_shape) * self._dtype.itemsize
+        ranges = _chunk_ranges(region, layout.shard_shape)
+        for batch in _batches(itertools.product(*ranges), shard_nbytes):
+            whole, partial = [], []
+            for shard in batch:
+                covered = self._overlap(shard, region, layout.shard_shape)[2]
+                (whole if covered else partial).append(shard)
+            if whole:
+                keys = [self._key(shard) for shard in whole]
+                self._guard(fs, keys, writing=True)
+                blobs = [
+                    self._encode_shard(shard, region, value, None, k)
+                    for shard, k in zip(whole, keys)
+                ]
+                self._forget_shards(whole)
+                _store(fs, dict(zip(keys, blobs)))
+            if partial:
+                with self._chunk_lock:
+                    keys = [self._key(shard) for shard in partial]
+                    self._guard(fs, keys, writing=True)
+                    old = _fetch(fs, keys, self.url)
+                    blobs = [
+                        self._encode_shard(shard, region, value, old[k], k)
+                        for shard, k in zip(partial, keys)
+                    ]
+                    self._forget_shards(partial)
+                    _store(fs, dict(zip(keys, blobs)))
+
+    def _encode_shard(self, shard, region, value, old: bytes | None, key: str) -> bytes:
+        """The bytes of ``shard`` after writing ``value`` at ``region`` over ``old``."""
+        layout = self._meta.shards
+        entries = None
+        if old is not None:
+            part = (
+                old[: layout.index_nbytes] if layout.index_at_start else old[-layout.index_nbytes :]
+            )
+            try:
+                entries = layout.decode_index(part, key)
+                layout.check_index(entries, len(old))
+            except ValueError as err:
+                raise chunk_error(self._locator, key, err) from None
+
+        def stored(place: int) -> bytes | None:
+            if entries is None or (entries[place] == EMPTY).all():
+                return None
+            offset, nbytes = (int(v) for v in entries[place])
+            return old[offset : offset + nbytes]
+
+        def encode(item) -> bytes | None:
+            place, index = item
+            if any(i * c >= n for i, c, n in zip(index, self._chunks, self._shape)):
+                return None  # past the array's edge: nothing to store
+            in_chunk, in_value, covered = self._overlap(index, region)
+            if any(sl.start >= sl.stop for sl in in_value):
+                return stored(place)  # the region does not touch it
+            part = value[in_value]
+            if not covered or part.shape != self._chunks:
+                data = stored(place)
+                if data is None:
+                    chunk = self._blank_chunk()
+                else:
+                    try:
+                        chunk = self._meta.codecs.decode(data, self._chunks).copy()
+                    except ValueError as err:
+                        raise chunk_error(
+                            self._locator, f"{key} (inner chunk {index})", err
+                        ) from None
+                chunk[in_chunk] = part
+                part = chunk
+            return self._meta.codecs.encode(part)
+
+        origin = tuple(s * p for s, p in zip(shard, layout.per_shard))
+        items = [
+            (place, tuple(o + i for o, i in zip(origin, local)))
+            for place, local in enumerate(np.ndindex(*layout.per_shard))
+        ]
+        return layout.assemble(self._map(encode, items))
+
     # -- life cycle -----------------------------------------------------
     def _document(self) -> dict[str, Any]:
+        """The v3 ``zarr.json`` (or the v2 ``.zarray``) of this array."""
         meta = self._meta
+        if meta.zarr_format == 2:
+            return zarr_v2.array_document(
+                meta.shape, meta.dtype, meta.chunks, meta.fill_value, meta.codecs
+            )
+        if meta.shards is not None:
+            grid, codecs = meta.shards.shard_shape, [meta.shards.to_json()]
+        else:
+            grid, codecs = meta.chunks, meta.codecs.to_json()
         return array_document(
             meta.shape,
             meta.dtype,
-            meta.chunks,
+            grid,
             meta.fill_value,
-            meta.codecs.to_json(),
+            codecs,
             meta.attrs,
+            meta.dimension_names,
         )
+
+    def _v2_attrs(self) -> dict[str, Any]:
+        """The ``.zattrs`` of a v2 array: its attrs plus xarray's ``_ARRAY_DIMENSIONS``."""
+        attrs = dict(self._meta.attrs)
+        if self._meta.dimension_names is not None:
+            attrs[zarr_v2.DIMENSIONS_ATTR] = list(self._meta.dimension_names)
+        return attrs
+
+    def _write_metadata(self, fs, prefix: str, doc: dict[str, Any]) -> None:
+        """Write the array's metadata under ``prefix``: ``zarr.json``, or ``.zattrs`` then
+        ``.zarray`` (the document that makes it an array goes last)."""
+        if self._meta.zarr_format == 2:
+            _write_json(fs, _join(prefix, zarr_v2.ATTRS_KEY), self._v2_attrs())
+            _write_json(fs, _join(prefix, zarr_v2.ARRAY_KEY), doc)
+        else:
+            _write_json(fs, _join(prefix, META_KEY), doc)
+
+    def _rewrite_metadata(self) -> None:
+        """Rewrite the committed array's metadata after its attrs or dimension names changed
+        (fields oocarr does not interpret are kept)."""
+        if self._meta.zarr_format == 2:
+            with _storage_failures("writing the attributes of", self.url):
+                _write_json(self._fs(), _join(self._prefix, zarr_v2.ATTRS_KEY), self._v2_attrs())
+            return
+        doc = dict(self._meta.document)
+        doc["attributes"] = self._meta.attrs
+        if self._meta.dimension_names is not None:
+            doc["dimension_names"] = list(self._meta.dimension_names)
+        with _storage_failures("writing the attributes of", self.url):
+            _write_json(self._fs(), _join(self._prefix, META_KEY), doc)
+        self._meta.document = doc
 
     def _commit(self) -> None:
         with _storage_failures("committing", self.url):
@@ -788,11 +1163,20 @@ class ZarrArray(BlockedArray):
     def _publish(self) -> None:
         fs = self._fs()
         doc = self._document()
+        v2 = self._meta.zarr_format == 2
         for parent in self._check_parents(fs, self._base, self._locator):
-            if read_document(fs, _join(parent, META_KEY), self._locator) is None:
-                _write_json(fs, _join(parent, META_KEY), group_document())
+            if not any(
+                read_document(fs, _join(parent, key), self._locator) is not None
+                for key in (META_KEY, zarr_v2.GROUP_KEY)
+            ):
+                key, group = (
+                    (zarr_v2.GROUP_KEY, zarr_v2.group_document())
+                    if v2
+                    else (META_KEY, group_document())
+                )
+                _write_json(fs, _join(parent, key), group)
         if self._data_prefix == self._prefix:
-            _write_json(fs, _join(self._prefix, META_KEY), doc)
+            self._write_metadata(fs, self._prefix, doc)
         elif isinstance(fs, LocalFileSystem):
             self._swap_local(fs, doc)
         else:
@@ -803,7 +1187,7 @@ class ZarrArray(BlockedArray):
 
     def _swap_local(self, fs, doc: dict[str, Any]) -> None:
         """Replace the old array by renaming directories (each rename is atomic)."""
-        _write_json(fs, _join(self._data_prefix, META_KEY), doc)
+        self._write_metadata(fs, self._data_prefix, doc)
         trash = _hidden_sibling(self._prefix, self._locator)
         fs.mv(self._prefix, trash)
         try:
@@ -814,8 +1198,9 @@ class ZarrArray(BlockedArray):
         _rm(fs, trash)
 
     def _swap_remote(self, fs, doc: dict[str, Any]) -> None:
-        """Replace the old array on an object store: delete, move new keys in, zarr.json last."""
-        _rm(fs, _join(self._prefix, META_KEY))
+        """Replace the old array on an object store: delete, move new keys in, metadata last."""
+        for key in ARRAY_KEYS:
+            _rm(fs, _join(self._prefix, key))
         _rm(fs, self._prefix)
         src = self._data_prefix.rstrip("/")
         try:
@@ -825,7 +1210,7 @@ class ZarrArray(BlockedArray):
         if files:
             fs.copy(files, [self._prefix.rstrip("/") + f[len(src) :] for f in files])
         _rm(fs, src)
-        _write_json(fs, _join(self._prefix, META_KEY), doc)
+        self._write_metadata(fs, self._prefix, doc)
 
     def _abort(self) -> None:
         """Remove what the pending array wrote, as far as the storage lets it (a failed write
@@ -834,6 +1219,10 @@ class ZarrArray(BlockedArray):
             fs = self._fs()
             if self._data_prefix != self._prefix:
                 _rm(fs, self._data_prefix)
+            elif self._meta.zarr_format == 2:
+                for entry in fs.ls(self._prefix, detail=False, refresh=True):
+                    if _V2_CHUNK.fullmatch(_split(entry.rstrip("/"))[1]):
+                        _rm(fs, entry)
             else:
                 _rm(fs, _join(self._prefix, "c"))
         except OSError:
@@ -850,13 +1239,44 @@ class ZarrArray(BlockedArray):
         return copy.deepcopy(self._meta.attrs)
 
     def _write_attrs(self, attrs: dict[str, Any]) -> None:
-        if not self._pending:
-            doc = dict(self._meta.document)
-            doc["attributes"] = attrs
-            with _storage_failures("writing the attributes of", self.url):
-                _write_json(self._fs(), _join(self._prefix, META_KEY), doc)
-            self._meta.document = doc
+        attrs = dict(attrs)
+        if self._meta.zarr_format == 2 and zarr_v2.DIMENSIONS_ATTR in attrs:
+            names = parse_dimension_names(attrs.pop(zarr_v2.DIMENSIONS_ATTR), len(self._shape))
+            self._meta.dimension_names = names or self._meta.dimension_names
+        old = self._meta.attrs
         self._meta.attrs = copy.deepcopy(attrs)
+        if not self._pending:
+            try:
+                self._rewrite_metadata()
+            except BaseException:
+                self._meta.attrs = old
+                raise
+
+    def _read_dimension_names(self) -> tuple[str | None, ...] | None:
+        return self._meta.dimension_names
+
+    def _write_dimension_names(self, names: tuple[str | None, ...]) -> None:
+        old = self._meta.dimension_names
+        self._meta.dimension_names = tuple(names)
+        if not self._pending:
+            try:
+                self._rewrite_metadata()
+            except BaseException:
+                self._meta.dimension_names = old
+                raise
+
+    @property
+    def write_chunks(self) -> tuple[int, ...] | None:
+        """A shard when sharded (each is written whole by one writer), else a chunk."""
+        return self._meta.grid_chunks
+
+    def info(self) -> dict[str, Any]:
+        """The base description plus the Zarr format and, when sharded, the shard shape."""
+        shards = self._meta.shards
+        return super().info() | {
+            "zarr_format": self._meta.zarr_format,
+            "shards": None if shards is None else list(shards.shard_shape),
+        }
 
     def _stored_nbytes(self) -> int | None:
         try:
@@ -875,7 +1295,8 @@ class ZarrArray(BlockedArray):
 
     @classmethod
     def list_arrays(cls, container, inner="", storage_options=None) -> list[dict[str, Any]]:
-        """The groups and arrays of a Zarr v3 hierarchy (under ``inner``), parents first.
+        """The groups and arrays of a Zarr v2 or v3 hierarchy (under ``inner``), parents first;
+        a v2 hierarchy's consolidated ``.zmetadata`` is read instead of listing when present.
 
         Examples
         --------
@@ -888,36 +1309,37 @@ class ZarrArray(BlockedArray):
         locator = cls.locate(container, inner, storage_options)
         fs, base = _filesystem(locator)
         prefix = cls._prefix_of(locator, base)
-        root = read_document(fs, _join(prefix, META_KEY), locator)
+        root = _node(fs, prefix, locator)
         if root is None:
-            if fs.exists(_join(prefix, ".zarray")) or fs.exists(_join(prefix, ".zgroup")):
-                raise InvalidStoreError(
-                    f"{locator.full_url} is Zarr v2, and oocarr reads Zarr v3 only; convert it "
-                    "with zarr-python (zarr_format=3)",
-                    url=locator.full_url,
-                )
-            require_exists(False, locator, "Zarr hierarchy (zarr.json)")
+            require_exists(False, locator, "Zarr hierarchy (zarr.json, .zgroup or .zarray)")
+        consolidated = _consolidated(fs, prefix, locator) if root[0] == "v2-group" else None
         found: list[dict[str, Any]] = []
         pending = [(prefix, locator.path.rstrip("/") or "", root)]
         while pending:
-            node_prefix, path, raw = pending.pop()
-            node = Locator.make(cls.name, locator.url, path, storage_options)
-            doc = parse_document(raw, node)
-            if doc["node_type"] == "array":
-                found.append(_array_entry(doc, node))
+            node_prefix, path, node = pending.pop()
+            here = Locator.make(cls.name, locator.url, path, storage_options)
+            kind, doc, attrs = node
+            if kind in ("array", "v2-array"):
+                found.append(_array_entry(kind, doc, attrs, here))
                 continue
             if path:
-                group = {"path": path, "url": node.full_url, "kind": "group"}
+                group = {"path": path, "url": here.full_url, "kind": "group"}
                 found.append(group | {"shape": None, "dtype": None, "chunks": None})
+            if consolidated is not None:
+                found.extend(_consolidated_entries(consolidated, path, locator, storage_options))
+                break
             for child in _child_prefixes(fs, node_prefix):
-                raw = read_document(fs, _join(child, META_KEY), locator)
-                if raw is not None:
-                    pending.append((child, f"{path}/{_split(child)[1]}", raw))
+                sub = _node(fs, child, locator)
+                if sub is not None:
+                    pending.append((child, f"{path}/{_split(child)[1]}", sub))
         return sorted(found, key=lambda e: e["path"].split("/"))
 
     def initialized_chunks(self) -> tuple[int, int] | None:
-        """``(stored, total)`` chunks: chunk keys present in the store out of the grid."""
+        """``(stored, total)`` chunks (shards when sharded): keys present out of the grid."""
         fs, total = self._fs(), self.chunk_count()
+        if self._meta.shards is not None:
+            shard = self._meta.shards.shard_shape
+            total = math.prod(-(-n // c) for n, c in zip(self._shape, shard))
         try:
             keys = fs.find(self._data_prefix)
         except FileNotFoundError:
@@ -941,20 +1363,82 @@ def _child_prefixes(fs: fsspec.AbstractFileSystem, prefix: str) -> list[str]:
     )
 
 
-def _array_entry(doc: dict[str, Any], locator: Locator) -> dict[str, Any]:
+def _node(fs, prefix: str, locator: Locator) -> tuple[str, dict, dict | None] | None:
+    """What is at ``prefix``: ``("array"|"group", zarr.json, None)``, ``("v2-array", .zarray,
+    .zattrs)``, ``("v2-group", .zgroup, None)``, or ``None``."""
+    raw = read_document(fs, _join(prefix, META_KEY), locator)
+    if raw is not None:
+        doc = parse_document(raw, locator)
+        return ("array" if doc["node_type"] == "array" else "group"), doc, None
+    raw = read_document(fs, _join(prefix, zarr_v2.ARRAY_KEY), locator)
+    if raw is not None:
+        doc = zarr_v2.parse_json(raw, ".zarray", locator)
+        attrs = zarr_v2.parse_json(
+            read_document(fs, _join(prefix, zarr_v2.ATTRS_KEY), locator), ".zattrs", locator
+        )
+        return "v2-array", doc, attrs
+    raw = read_document(fs, _join(prefix, zarr_v2.GROUP_KEY), locator)
+    if raw is not None:
+        return "v2-group", zarr_v2.parse_json(raw, ".zgroup", locator), None
+    return None
+
+
+def _consolidated(fs, prefix: str, locator: Locator) -> dict[str, Any] | None:
+    """The ``metadata`` of a v2 hierarchy's ``.zmetadata``, or ``None``."""
+    doc = zarr_v2.parse_json(
+        read_document(fs, _join(prefix, zarr_v2.CONSOLIDATED_KEY), locator), ".zmetadata", locator
+    )
+    metadata = None if doc is None else doc.get("metadata")
+    return metadata if isinstance(metadata, dict) else None
+
+
+def _consolidated_entries(
+    metadata: dict[str, Any], path: str, locator: Locator, storage_options
+) -> list[dict[str, Any]]:
+    """``list_arrays`` entries below ``path`` from consolidated metadata."""
+    out = []
+    for key, doc in metadata.items():
+        head, _, name = key.rpartition("/")
+        if (
+            name not in (zarr_v2.ARRAY_KEY, zarr_v2.GROUP_KEY)
+            or not head
+            or not isinstance(doc, dict)
+        ):
+            continue
+        node_path = f"{path}/{head}"
+        here = Locator.make(ZarrArray.name, locator.url, node_path, storage_options)
+        if name == zarr_v2.GROUP_KEY:
+            entry = {"path": node_path, "url": here.full_url, "kind": "group"}
+            out.append(entry | {"shape": None, "dtype": None, "chunks": None})
+        else:
+            attrs = metadata.get(f"{head}/{zarr_v2.ATTRS_KEY}")
+            out.append(
+                _array_entry("v2-array", doc, attrs if isinstance(attrs, dict) else {}, here)
+            )
+    return out
+
+
+def _array_entry(kind: str, doc: dict[str, Any], attrs, locator: Locator) -> dict[str, Any]:
     """One ``list_arrays`` entry for an array document (raw fields when oocarr cannot read it)."""
     entry = {"path": locator.path or "/", "url": locator.full_url, "kind": "array"}
     try:
-        meta = parse_array(doc, locator)
+        if kind == "v2-array":
+            meta = zarr_v2.parse_array(doc, attrs, locator)
+        else:
+            meta = parse_array(doc, locator)
     except (InvalidStoreError, UnsupportedCompressionError):
-        grid = doc.get("chunk_grid")
-        chunks = (
-            grid.get("configuration", {}).get("chunk_shape") if isinstance(grid, dict) else None
-        )
+        if kind == "v2-array":
+            chunks, dtype = doc.get("chunks"), doc.get("dtype")
+        else:
+            grid = doc.get("chunk_grid")
+            chunks = (
+                grid.get("configuration", {}).get("chunk_shape") if isinstance(grid, dict) else None
+            )
+            dtype = doc.get("data_type")
         shape = doc.get("shape")
         return entry | {
             "shape": tuple(shape) if isinstance(shape, list) else None,
-            "dtype": f"unsupported {doc.get('data_type')}",
+            "dtype": f"unsupported {dtype}",
             "chunks": tuple(chunks) if isinstance(chunks, list) else None,
         }
     return entry | {"shape": meta.shape, "dtype": meta.dtype, "chunks": meta.chunks}

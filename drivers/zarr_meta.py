@@ -19,6 +19,7 @@ import numpy as np
 from oocarr.errors import InvalidStoreError
 from oocarr.store import BFLOAT16, Locator, check_layout, corrupt, is_bfloat16
 from oocarr_drivers.zarr_codecs import CodecPipeline, parse_codecs
+from oocarr_drivers.zarr_shards import ShardLayout, parse_sharding
 
 __all__ = [
     "DATA_TYPES",
@@ -31,6 +32,7 @@ __all__ = [
     "encode_fill_value",
     "group_document",
     "parse_array",
+    "parse_dimension_names",
     "parse_document",
     "read_document",
     "zarr_type_name",
@@ -123,11 +125,21 @@ class ArrayMeta:
     codecs: CodecPipeline
     attrs: dict[str, Any]
     document: dict[str, Any] = field(default_factory=dict)
+    #: 2 for ``.zarray`` arrays, 3 for ``zarr.json`` ones.
+    zarr_format: int = 3
+    #: The sharding layout (``chunks`` are then the inner chunks), or ``None``.
+    shards: ShardLayout | None = None
+    dimension_names: tuple[str | None, ...] | None = None
 
     @property
     def chunk_nbytes(self) -> int:
-        """Decoded size of one (full) chunk in bytes."""
+        """Decoded size of one (full) chunk in bytes (an inner chunk when sharded)."""
         return math.prod(self.chunks) * self.dtype.itemsize
+
+    @property
+    def grid_chunks(self) -> tuple[int, ...]:
+        """The shape of one stored object: a shard when sharded, else a chunk."""
+        return self.chunks if self.shards is None else self.shards.shard_shape
 
 
 # ----------------------------------------------------------------------
@@ -395,7 +407,19 @@ def parse_array(doc: dict[str, Any], locator: Locator) -> ArrayMeta:
     except (ValueError, OverflowError) as err:
         raise corrupt(locator, f"fill_value {doc['fill_value']!r} ({err})") from None
 
-    codecs = parse_codecs(doc["codecs"], dtype, len(shape), locator)
+    shards = None
+    entries = doc["codecs"]
+    if (
+        isinstance(entries, list)
+        and len(entries) == 1
+        and isinstance(entries[0], dict)
+        and entries[0].get("name") == "sharding_indexed"
+    ):
+        shards = parse_sharding(entries[0].get("configuration"), chunks, dtype, locator)
+        codecs = shards.inner
+        chunks = shards.chunk_shape
+    else:
+        codecs = parse_codecs(entries, dtype, len(shape), locator)
     attrs = doc.get("attributes", {})
     if not isinstance(attrs, dict):
         raise corrupt(locator, f"attributes {attrs!r} is not a JSON object")
@@ -408,7 +432,27 @@ def parse_array(doc: dict[str, Any], locator: Locator) -> ArrayMeta:
         codecs=codecs,
         attrs=dict(attrs),
         document=doc,
+        shards=shards,
+        dimension_names=parse_dimension_names(doc.get("dimension_names"), len(shape)),
     )
+
+
+def parse_dimension_names(value: Any, ndim: int) -> tuple[str | None, ...] | None:
+    """Axis names from ``dimension_names`` (v3) or ``_ARRAY_DIMENSIONS`` (v2, xarray's), or
+    ``None`` when absent or not one string (or null) per axis.
+
+    Examples
+    --------
+    >>> parse_dimension_names(["t", None], 2), parse_dimension_names(["t"], 2)
+    (('t', None), None)
+    """
+    if (
+        not isinstance(value, list)
+        or len(value) != ndim
+        or not all(v is None or isinstance(v, str) for v in value)
+    ):
+        return None
+    return tuple(value)
 
 
 # ----------------------------------------------------------------------
@@ -421,6 +465,7 @@ def array_document(
     fill_value: Any,
     codecs: list[dict[str, Any]],
     attrs: dict[str, Any],
+    dimension_names: tuple[str | None, ...] | None = None,
 ) -> dict[str, Any]:
     """The ``zarr.json`` document of an array oocarr writes (default keys, ``/`` separator).
 
@@ -431,7 +476,8 @@ def array_document(
     ('uint8', [2])
     """
     name = zarr_type_name(dtype)
-    return {
+    extra = {} if dimension_names is None else {"dimension_names": list(dimension_names)}
+    return extra | {
         "zarr_format": 3,
         "node_type": "array",
         "shape": list(shape),

@@ -145,6 +145,13 @@ def make_backends(tmp: pathlib.Path, s3_options: dict | None) -> list[Backend]:
             cross_process=False,
         ),
         Backend("fsspec-local", local(".zarr")),
+        Backend(
+            "fsspec-v2",
+            local(".zarr"),
+            {"zarr_format": 2, "compression": "blosc"},
+            unsupported=("bfloat16",),
+        ),
+        Backend("fsspec-sharded", local(".zarr"), {"shards": "auto", "compression": "zstd"}),
         Backend("testmem", lambda n: f"mem://{uuid.uuid4().hex}/{n}", cross_process=False),
     ]
     if s3_options is not None:
@@ -153,6 +160,13 @@ def make_backends(tmp: pathlib.Path, s3_options: dict | None) -> list[Backend]:
                 "fsspec-s3",
                 lambda n: f"s3://oocarr-test/{uuid.uuid4().hex}/{n}.zarr",
                 {"storage_options": s3_options},
+            )
+        )
+        backends.append(
+            Backend(
+                "fsspec-s3-sharded",
+                lambda n: f"s3://oocarr-test/{uuid.uuid4().hex}/{n}.zarr",
+                {"storage_options": s3_options, "shards": "auto", "compression": "blosc"},
             )
         )
     return backends
@@ -165,12 +179,16 @@ BACKEND_IDS = [
     "hdf5-contiguous",
     "fsspec-memory",
     "fsspec-local",
+    "fsspec-v2",
+    "fsspec-sharded",
     "fsspec-s3",
+    "fsspec-s3-sharded",
     "testmem",
 ]
 
 
 @pytest.fixture(params=BACKEND_IDS)
 def backend(request, tmp_path) -> Backend:
-    s3 = request.getfixturevalue("s3_server") if request.param == "fsspec-s3" else None
+    needs_s3 = request.param.startswith("fsspec-s3")
+    s3 = request.getfixturevalue("s3_server") if needs_s3 else None
     return next(b for b in make_backends(tmp_path, s3) if b.id == request.param)

@@ -8,6 +8,7 @@ import pathlib
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 SCRIPTS = pathlib.Path(__file__).parents[1] / "scripts"
@@ -82,3 +83,50 @@ def test_a_result_that_disagrees_with_its_peer_is_not_reported():
         "lsq", {"value": 1.0, "grad": [1.0, 2.0]}, {"value": 1.0, "grad": [1.0, 2.5]}
     )
     assert bench.disagreement("batches", {"total": 5.0, "rows": 9}, {"total": 5.0, "rows": 10})
+
+
+#: Issue 15's workloads: ~40 s of tiny runs on 2 cores (four Zarr variants, two HDF5 filters,
+#: seven workers).
+FORMAT_WORKLOADS = ["zarrs", "hdf5-plugins"]
+
+
+def test_format_workloads_compare_the_issues_peers_with_its_targets():
+    bench = _bench_module()
+    zarrs, hdf5 = (bench.WORKLOADS[name] for name in FORMAT_WORKLOADS)
+    assert zarrs.formats == ("zarr-raw", "zarr-zstd", "zarr-sharded", "zarr2-blosc-lz4")
+    assert hdf5.formats == ("hdf5-blosc-lz4", "hdf5-zstd")
+    for w in (zarrs, hdf5):
+        assert w.ops == ("read", "sum") and w.caches == ("warm", "cold")
+    targets = {p.engine: p.target for p in zarrs.subjects["oocarr"]}
+    assert targets == {"tensorstore": 1.0, "zarr": 1.5, "dask": None}
+    assert {p.engine: p.target for p in hdf5.subjects["oocarr"]} == {"dask": 1.5, "h5py": 1.5}
+    for w in (zarrs, hdf5):
+        assert all((w.name, engine) in bench.RUNNERS for engine in w.engines())
+    read = bench.bz.fingerprint(np.arange(6, dtype="u2"))
+    other = bench.bz.fingerprint(np.array([0, 1, 2, 3, 4, 6], "u2"))
+    assert bench.disagreement("zarrs", read, dict(read)) is None
+    assert bench.disagreement("zarrs", other, read)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_tiny_run_of_the_format_workloads(tmp_path):
+    for module in ("dask", "tensorstore", "hdf5plugin"):
+        pytest.importorskip(module)
+    out = tmp_path / "bench.json"
+    command = [sys.executable, str(SCRIPTS / "bench.py"), "--tiny", "--dir", str(tmp_path)]
+    command += ["--json", str(out), "--only", ",".join(FORMAT_WORKLOADS)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(out.read_text())
+    assert report["verified"] and report["failures"] == []
+    rows = {(r["workload"], r["op"], r["format"], r["cache"]): r for r in report["rows"]}
+    bench = _bench_module()
+    for name in FORMAT_WORKLOADS:
+        w = bench.WORKLOADS[name]
+        want = {(name, op, f, c) for op in w.ops for f in w.formats for c in w.caches}
+        assert want <= set(rows)
+    for (_, op, _, _), row in rows.items():
+        assert {p["engine"] for p in row["peers"]} >= {"dask"}
+        assert all(p["median"] > 0 and p["ratio"] > 0 for p in row["peers"])
+        assert row["rss_within_budget"]
+        assert ("result" in row["note"]) == (op == "read")

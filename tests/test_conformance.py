@@ -72,6 +72,33 @@ class TestFsspecLocal(Conformance):
     driver = "fsspec"
 
 
+class TestFsspecV2(Conformance):
+    driver = "fsspec"
+    create_kwargs = {"zarr_format": 2, "compression": "blosc"}
+    unsupported_dtypes = ("bfloat16",)
+
+
+class TestFsspecSharded(Conformance):
+    driver = "fsspec"
+    create_kwargs = {"shards": "auto", "compression": "zstd"}
+
+
+class TestFsspecS3Sharded(Conformance):
+    driver = "fsspec"
+    slow_storage = True
+
+    @pytest.fixture(autouse=True)
+    def _on_s3(self, s3_server):
+        self.create_kwargs = {
+            "storage_options": s3_server,
+            "shards": "auto",
+            "compression": "blosc",
+        }
+
+    def make_url(self, directory, name):
+        return f"s3://oocarr-test/{uuid.uuid4().hex}/{name}.zarr"
+
+
 class TestFsspecS3(Conformance):
     driver = "fsspec"
     slow_storage = True

@@ -307,6 +307,8 @@ def save(
         overwrite=overwrite,
     )
     with dst:
+        if isinstance(src, BlockedArray):
+            dst.set_dimension_names(src.dimension_names)
         copy_tiles(src, dst, tile_bytes or pages.DEFAULT_PAGE_BYTES)
     return DiskArray(cls.open(dst.locator, mode))
 
@@ -407,7 +409,7 @@ def copy_tiles(
     array([0., 1., 2., 3., 4.])
     """
     src_chunks = src.chunks if isinstance(src, BlockedArray) else None
-    tile, projection = _tile_plan(dst, "copy", [src_chunks], remedy, tile_bytes)
+    tile, projection = _tile_plan(dst, "copy", [src_chunks, dst.write_chunks], remedy, tile_bytes)
     counts = IOCounts(calls=1)
     counts.project(projection.nbytes)
     tiled = dst.with_pages(tile)

@@ -81,7 +81,18 @@ def _verify(source: BlockedArray, target: BlockedArray, enabled: bool) -> str:
     "--compression",
     metavar="NAME[:LEVEL]",
     help="Destination compression, as the destination format offers it: gzip[:0-9] or lzf "
-    "(HDF5), gzip or zstd[:LEVEL] (Zarr). Default: none.",
+    "(HDF5); gzip, zstd, blosc, lz4, zlib or bz2 [:LEVEL] (Zarr). Default: none.",
+)
+@click.option(
+    "--zarr-format",
+    type=click.Choice(["2", "3"]),
+    help="Zarr destinations: write Zarr v2 (.zarray) or v3 (zarr.json, the default).",
+)
+@click.option(
+    "--shards",
+    metavar="SHAPE|auto",
+    help="Zarr v3 destinations: store the chunks in shards of this shape (whole chunks on "
+    "every axis, e.g. 1024,64), or 'auto' for shards of about 32 MiB. Default: no sharding.",
 )
 @click.option("--overwrite", is_flag=True, help="Replace DST, once the new copy is complete.")
 @click.option("--attrs/--no-attrs", default=True, help="Copy the attrs (default: copy).")
@@ -102,6 +113,8 @@ def convert(
     dst: str,
     chunks: str | None,
     compression: str | None,
+    zarr_format: str | None,
+    shards: str | None,
     overwrite: bool,
     attrs: bool,
     verify: bool,
@@ -121,8 +134,15 @@ def convert(
       oocarr convert data.h5#/experiment/features features.zarr --compression zstd
       oocarr --memory 256MB convert features.zarr out.npy --verify
       oocarr convert a.npy s3://bucket/a.zarr -o anon=false --overwrite
+      oocarr convert old.zarr new.zarr --shards 4096,64 --compression blosc
     """
     chunk_spec = parse_chunks(chunks)
+    layout: dict[str, Any] = {}
+    if zarr_format is not None:
+        layout["zarr_format"] = int(zarr_format)
+    if shards is not None:
+        shape = parse_chunks(shards)
+        layout["shards"] = "auto" if shape in ("auto", "source") else shape
     dst_options: Any = (
         parse_storage_options(dst_storage_options)
         if dst_storage_options
@@ -130,7 +150,9 @@ def convert(
     )
     with settings.session():
         source = settings.open(src)
-        cls, locator = oocarr.resolve(dst, driver=dst_driver, storage_options=dst_options)
+        cls, locator = oocarr.resolve(
+            dst, driver=dst_driver, storage_options=dst_options, driver_options=layout or None
+        )
         check_apart(source.locator, locator)
         copied = source.attrs if attrs and cls.supports_attrs else {}
         progress = Progress("converting", source.nbytes, enabled=not settings.quiet)
@@ -152,6 +174,7 @@ def convert(
                     EXIT_USAGE,
                 ) from None
             with target, reading(source):
+                target.set_dimension_names(source.dimension_names)
                 copy(source, target, progress)
         digest = None
         if verify:

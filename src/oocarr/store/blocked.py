@@ -323,6 +323,14 @@ class BlockedArray(abc.ABC):
         """The compression in ``create``'s form (``"gzip:4"``), or ``None``."""
         return None
 
+    def _read_dimension_names(self) -> tuple[str | None, ...] | None:
+        """The stored name of each axis (``None`` for an unnamed one), or ``None`` when the
+        format or the array names none (default)."""
+        return None
+
+    def _write_dimension_names(self, names: tuple[str | None, ...]) -> None:
+        """Store the axis names where the format has a place for them (default: nowhere)."""
+
     # ------------------------------------------------------------------
     # Opening and creating (derived)
     # ------------------------------------------------------------------
@@ -555,6 +563,60 @@ class BlockedArray(abc.ABC):
         """Replace the stored attributes with ``attrs``."""
         self._check_writable()
         self._write_attrs(jsonable_attrs(attrs, url=self.url))
+
+    @property
+    def write_chunks(self) -> tuple[int, ...] | None:
+        """The unit a writer should cover whole (a Zarr shard; by default a chunk): copies
+        are tiled in whole multiples of it, so no unit is read back and rewritten.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarr
+        >>> oocarr.from_numpy(np.zeros(2)).store.write_chunks is None
+        True
+        """
+        return self._chunks
+
+    @property
+    def dimension_names(self) -> tuple[str | None, ...] | None:
+        """The name of each axis as the storage records it (a netCDF variable's dimensions,
+        Zarr v3 ``dimension_names``, Zarr v2 ``_ARRAY_DIMENSIONS``, HDF5 dimension labels),
+        ``None`` when it records none.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarr
+        >>> oocarr.from_numpy(np.zeros(2)).store.dimension_names is None
+        True
+        """
+        names = self._read_dimension_names()
+        if names is None or len(names) != len(self._shape) or all(n is None for n in names):
+            return None
+        return tuple(names)
+
+    def set_dimension_names(self, names: Sequence[str | None] | None) -> None:
+        """Record the name of each axis where the format has a place for them (ignored by
+        formats that have none, such as ``.npy``).
+
+        Raises
+        ------
+        InvalidArgumentError
+            When ``names`` does not have one entry (a string or ``None``) per axis.
+        """
+        self._check_writable()
+        if names is None:
+            return
+        names = tuple(names)
+        if len(names) != len(self._shape) or not all(
+            n is None or isinstance(n, str) for n in names
+        ):
+            raise InvalidArgumentError(
+                f"dimension names {names!r} for {self.url} must give one string (or None) per "
+                f"axis of its {len(self._shape)}",
+                url=self.url,
+            )
+        if any(n is not None for n in names):
+            self._write_dimension_names(names)
 
     # ------------------------------------------------------------------
     # Pages and blocks
@@ -987,6 +1049,9 @@ class BlockedArray(abc.ABC):
             "stored_nbytes": stored,
             "compression_ratio": (self.nbytes / stored) if stored else None,
             "readonly": self.readonly,
+            "dimension_names": (
+                None if self.dimension_names is None else list(self.dimension_names)
+            ),
             "attrs": self.attrs,
         }
 

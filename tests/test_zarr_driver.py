@@ -13,6 +13,7 @@ import pickle
 import threading
 import uuid
 import zipfile
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -699,3 +700,33 @@ def test_handles_reopen_after_fork(tmp_path):
         os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert os.WEXITSTATUS(status) == 0
+
+
+@pytest.mark.parametrize("shards", [None, (8, 8)], ids=["chunks", "shards"])
+def test_s3_reads_are_one_get_per_chunk_and_no_head(s3_server, shards):
+    """A read costs one ranged GET per chunk (per shard index and run of inner chunks when
+    sharded), never a HEAD first, and a missing chunk costs its GET alone."""
+    import s3fs
+
+    data = np.arange(16 * 16, dtype="f4").reshape(16, 16)
+    url = f"s3://oocarr-test/{uuid.uuid4().hex}/a.zarr"
+    store = oocarr.save(
+        data, url, chunks=(4, 4), shards=shards, compression="zstd", storage_options=s3_server
+    ).store
+    store._fs()  # make the filesystem, then count what it sends
+    calls: list[str] = []
+    real = s3fs.S3FileSystem._call_s3
+
+    async def counting(self, method, *args, **kwargs):
+        calls.append(method)
+        return await real(self, method, *args, **kwargs)
+
+    with mock.patch.object(s3fs.S3FileSystem, "_call_s3", counting):
+        np.testing.assert_array_equal(store[:], data)
+        np.testing.assert_array_equal(store[1:3, 2:14], data[1:3, 2:14])
+    assert "head_object" not in calls
+    if shards is None:
+        assert calls.count("get_object") == 16 + 4  # every chunk, then the 4 of the region
+    else:
+        # 4 shard indices, 4 whole-shard runs; the region: 2 runs (indices are kept)
+        assert calls.count("get_object") == 4 + 4 + 2

@@ -164,13 +164,13 @@ def _nbytes(data: Any) -> int:
 
 
 def _unzstd(data: Any, limit: int, codec: Codec) -> Any:
-    raw = bytes(data)
+    raw = _bytes_view(data)
     try:
         stated = zstandard.frame_content_size(raw)
     except zstandard.ZstdError as err:
         raise ValueError(f"the zstd frame is corrupt ({err})") from None
     if stated < 0:  # no size in the frame header: numcodecs would grow a buffer without end
-        return unzstd(raw, limit)
+        return unzstd(bytes(raw), limit)
     if stated > limit:
         raise ValueError(f"it decompresses to more than the {limit} bytes a chunk holds")
     return codec.decode(raw)

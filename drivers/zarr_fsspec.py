@@ -103,6 +103,10 @@ _GLOB_CHARS = re.compile(r"[*?\[]")
 _UNSEEN = object()
 #: Uncompressed local chunks at least this large are read by several threads at once.
 LOCAL_PARALLEL_BYTES = 256 * 2**10
+#: Uncompressed local chunks up to this size are read whole into a reused per-thread buffer
+#: when they do not land contiguously in the caller's.
+BUFFERED_CHUNK_BYTES = 16 * 2**20
+_THREAD_BUFFERS = threading.local()
 #: Threads that encode and decode compressed chunks.
 CODEC_THREADS = min(8, os.cpu_count() or 1)
 _POOL: ThreadPoolExecutor | None = None
@@ -799,7 +803,10 @@ class ZarrArray(BlockedArray):
         """Uncompressed local chunks: none (read straight into the caller's buffer);
         otherwise one batch of encoded chunks fetched and one decoded chunk per codec thread."""
         if self._meta.codecs.plain and isinstance(self._fs(), LocalFileSystem):
-            return 0
+            if self._meta.chunk_nbytes > BUFFERED_CHUNK_BYTES:
+                return 0
+            chunks = math.prod(-(-max(1, s) // max(1, c)) for s, c in zip(shape, self._chunks))
+            return min(CODEC_THREADS, chunks) * self._meta.chunk_nbytes
         chunks = math.prod(-(-max(1, s) // max(1, c)) for s, c in zip(shape, self._chunks))
         nbytes = self._meta.chunk_nbytes
         decoding = min(CODEC_THREADS, chunks) * nbytes
@@ -837,11 +844,14 @@ class ZarrArray(BlockedArray):
 
     def _read_local(self, fs: LocalFileSystem, region, out: np.ndarray) -> None:
         """Read uncompressed chunks of a local array, several at a time: a whole chunk that
-        lands contiguously in ``out`` with one ``readinto``, part of a chunk as the byte runs
-        of that part (``pread`` straight into ``out``), so no chunk-sized buffer is held and a
-        chunk larger than the memory budget streams within it."""
+        lands contiguously in ``out`` with one ``readinto``; a chunk of at most
+        :data:`BUFFERED_CHUNK_BYTES` that does not (a 3-d chunk inside a larger tile) with one
+        ``readinto`` into a reused per-thread buffer and a copy; part of a larger chunk as the
+        byte runs of that part (``pread`` straight into ``out``), so a chunk larger than the
+        memory budget streams within it."""
         nbytes = self._meta.chunk_nbytes
         dtype = np.dtype(self._dtype)
+        buffered = nbytes <= BUFFERED_CHUNK_BYTES
 
         def fill(index: tuple[int, ...]) -> None:
             key = self._key(index)
@@ -852,6 +862,13 @@ class ZarrArray(BlockedArray):
             try:
                 if whole and full and target.flags.c_contiguous:
                     found = _read_file_into(path, target)
+                elif buffered:
+                    # 64³ uint16 chunks of a 256³ tile as row runs of 128 bytes: 0.95 s for
+                    # 32 MiB (4096 preads a chunk); through a chunk buffer: under 0.1 s
+                    chunk = self._chunk_buffer()
+                    found = _read_file_into(path, chunk)
+                    if found:
+                        target[...] = chunk[in_chunk]
                 else:
                     found = read_chunk_region(path, self._chunks, dtype, in_chunk, target)
                 if not found:
@@ -866,6 +883,14 @@ class ZarrArray(BlockedArray):
         else:
             for index in indices:
                 fill(index)
+
+    def _chunk_buffer(self) -> np.ndarray:
+        """This thread's reused buffer of one chunk."""
+        buffer = getattr(_THREAD_BUFFERS, "chunk", None)
+        if buffer is None or buffer.shape != self._chunks or buffer.dtype != self._dtype:
+            buffer = np.empty(self._chunks, self._dtype)
+            _THREAD_BUFFERS.chunk = buffer
+        return buffer
 
     def _blank_chunk(self) -> np.ndarray:
         return np.full(self._chunks, self._meta.fill_value, dtype=self._dtype)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -55,17 +56,17 @@ class ShardLayout:
     index_at_start: bool
     document: dict[str, Any]
 
-    @property
+    @cached_property
     def per_shard(self) -> tuple[int, ...]:
         """Inner chunks along each axis of a shard."""
         return tuple(s // c for s, c in zip(self.shard_shape, self.chunk_shape))
 
-    @property
+    @cached_property
     def count(self) -> int:
         """Inner chunks in one shard."""
         return math.prod(self.per_shard)
 
-    @property
+    @cached_property
     def index_nbytes(self) -> int:
         """Stored bytes of a shard's index."""
         return len(self.encode_index(np.zeros((self.count, 2), np.uint64)))
@@ -108,16 +109,11 @@ class ShardLayout:
 
     def local(self, index: tuple[int, ...]) -> tuple[tuple[int, ...], int]:
         """The shard holding inner chunk ``index`` and the chunk's place in its index."""
-        shard = tuple(i // p for i, p in zip(index, self.per_shard))
-        place = (
-            int(
-                np.ravel_multi_index(
-                    tuple(i % p for i, p in zip(index, self.per_shard)), self.per_shard
-                )
-            )
-            if self.per_shard
-            else 0
-        )
+        shard, place = [], 0
+        for i, p in zip(index, self.per_shard):
+            shard.append(i // p)
+            place = place * p + i % p
+        shard = tuple(shard)
         return shard, place
 
     def assemble(self, blobs: list[bytes | None]) -> bytes:

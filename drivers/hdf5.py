@@ -12,13 +12,15 @@ One reference-counted ``h5py.File`` per process and file, shared by every
 store on it, opened read-write only while a store in the process writes, and
 never carried across ``fork``: :mod:`oocarr_drivers.hdf5_handles`.
 
-Attributes
-----------
+Attributes and dimension names
+------------------------------
 Strings, numbers, booleans and rectangular lists of one of those types are
 stored as native HDF5 attributes; dicts, ``None``, empty, mixed and ragged
 lists are stored as JSON text and their names recorded in the attribute
 ``_oocarr_json`` so they read back as what was written
-(:mod:`oocarr_drivers.hdf5_attrs`).
+(:mod:`oocarr_drivers.hdf5_attrs`).  Dimension names are a netCDF-4
+variable's dimension scales, else HDF5 dimension labels, which is also how
+they are written.
 
 Creating
 --------
@@ -69,7 +71,13 @@ from oocarr.store import (
     temp_sibling,
 )
 from oocarr_drivers.claims import HDF5_SUFFIXES
-from oocarr_drivers.hdf5_attrs import JSON_ATTRS, load_attrs, store_attrs
+from oocarr_drivers.hdf5_attrs import (
+    JSON_ATTRS,
+    load_attrs,
+    load_dimension_names,
+    store_attrs,
+    store_dimension_names,
+)
 from oocarr_drivers.hdf5_chunks import DECODER_CHUNKS, ChunkDecoder, decoder_for, decoding_threads
 from oocarr_drivers.hdf5_handles import (
     FILES,
@@ -974,6 +982,17 @@ class HDF5Array(BlockedArray):
     def _write_attrs(self, attrs: dict[str, Any]) -> None:
         with LOCK:
             store_attrs(self._dataset(), attrs, self._locator)
+
+    def _read_dimension_names(self) -> tuple[str | None, ...] | None:
+        """A netCDF-4 variable's dimensions (its attached dimension scales), else HDF5's
+        dimension labels."""
+        with LOCK:
+            return load_dimension_names(self._dataset())
+
+    def _write_dimension_names(self, names: tuple[str | None, ...]) -> None:
+        """Stored as HDF5 dimension labels (``dset.dims[i].label``)."""
+        with LOCK:
+            store_dimension_names(self._dataset(), names)
 
     def _stored_nbytes(self) -> int | None:
         with LOCK:

@@ -5,12 +5,19 @@ stored as native HDF5 attributes; dicts, ``None``, empty, mixed and ragged
 lists are stored as JSON text and their names recorded in the attribute
 :data:`JSON_ATTRS` so they read back as what was written.  Attributes that
 other tools wrote read back as JSON values.
+
+The attributes of HDF5's dimension-scale API (``DIMENSION_LIST``,
+``DIMENSION_LABELS``, ``REFERENCE_LIST``) are no user attributes: they are
+read and written as the dataset's dimension names
+(:func:`load_dimension_names`, :func:`store_dimension_names`), and
+replacing the attributes keeps them.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import re
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import h5py
@@ -19,12 +26,22 @@ import numpy as np
 from oocarr.errors import InvalidArgumentError, OocarrError
 from oocarr.store import Locator, jsonable_attrs
 
-__all__ = ["JSON_ATTRS", "load_attrs", "store_attrs"]
+__all__ = [
+    "JSON_ATTRS",
+    "load_attrs",
+    "load_dimension_names",
+    "store_attrs",
+    "store_dimension_names",
+]
 
 #: Attribute listing the names of attributes stored as JSON text.
 JSON_ATTRS = "_oocarr_json"
 
 _INT64 = np.iinfo(np.int64)
+#: Attributes HDF5's dimension-scale API keeps on a dataset.
+DIMENSION_ATTRS = frozenset({"DIMENSION_LIST", "DIMENSION_LABELS", "REFERENCE_LIST"})
+#: The names netCDF-C and h5netcdf give dimensions a file does not name.
+_PHONY = re.compile(r"phony_dim_\d+")
 
 
 def _leaves(value: Any) -> Iterator[Any]:
@@ -98,9 +115,12 @@ def store_attrs(dset: h5py.Dataset, attrs: dict[str, Any], locator: Locator) -> 
             url=locator.full_url,
         )
     for name in list(dset.attrs):
-        del dset.attrs[name]
+        if name not in DIMENSION_ATTRS:
+            del dset.attrs[name]
     as_json = []
     for name, value in attrs.items():
+        if name in DIMENSION_ATTRS:
+            continue  # the dimension names are kept apart, by store_dimension_names
         stored, is_json = _encode_attr(value)
         dset.attrs[name] = stored
         if is_json:
@@ -130,7 +150,7 @@ def load_attrs(dset: h5py.Dataset) -> dict[str, Any]:
         marked = set()
     out: dict[str, Any] = {}
     for name in attrs:
-        if name == JSON_ATTRS:
+        if name == JSON_ATTRS or name in DIMENSION_ATTRS:
             continue
         try:
             value = attrs[name]
@@ -153,3 +173,86 @@ def load_attrs(dset: h5py.Dataset) -> dict[str, Any]:
 
 def _jsonable(name: str, value: Any) -> Any:
     return jsonable_attrs({name: value})[name]
+
+
+def load_dimension_names(dset: h5py.Dataset) -> tuple[str | None, ...] | None:
+    """The name of each axis of ``dset``: for a netCDF-4 variable the dimension scale attached
+    to it (its dataset's basename), else HDF5's dimension label; ``None`` for an axis with
+    neither (or a netCDF "phony" dimension), and ``None`` for a scalar.
+
+    Examples
+    --------
+    >>> import h5py, numpy as np, tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "d.h5")
+    >>> with h5py.File(path, "w") as f:
+    ...     x = f.create_dataset("x", data=np.zeros((2, 3)))
+    ...     f["time"] = np.arange(2.0)
+    ...     f["time"].make_scale()
+    ...     x.dims[0].attach_scale(f["time"])
+    ...     x.dims[1].label = "lat"
+    ...     load_dimension_names(x), load_dimension_names(f["time"])
+    (('time', 'lat'), ('time',))
+    """
+    if not dset.shape:
+        return None
+    attrs = dset.attrs
+    scales = "DIMENSION_LIST" in attrs
+    own = _is_scale(dset) and dset.ndim == 1 and not scales
+    names = []
+    for dim in dset.dims:
+        name = _basename(dset.name) if own else _scale_name(dim) if scales else None
+        if name is None:
+            name = _label(dim)
+        names.append(None if name is None or _PHONY.fullmatch(name) else name)
+    return tuple(names)
+
+
+def store_dimension_names(dset: h5py.Dataset, names: Sequence[str | None]) -> None:
+    """Record ``names`` (one per axis, ``None`` for none) as ``dset``'s HDF5 dimension labels.
+
+    Examples
+    --------
+    >>> import h5py, numpy as np, tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "d.h5")
+    >>> with h5py.File(path, "w") as f:
+    ...     x = f.create_dataset("x", data=np.zeros((2, 3)))
+    ...     store_dimension_names(x, ("time", None))
+    ...     [d.label for d in x.dims]
+    ['time', '']
+    """
+    for dim, name in zip(dset.dims, names):
+        dim.label = name or ""
+
+
+def _is_scale(dset: h5py.Dataset) -> bool:
+    try:
+        value = dset.attrs.get("CLASS")
+    except Exception:
+        return False
+    if isinstance(value, np.ndarray) and value.size == 1:
+        value = value.item()
+    return value in (b"DIMENSION_SCALE", "DIMENSION_SCALE")
+
+
+def _basename(name: str | None) -> str | None:
+    return name.rsplit("/", 1)[-1] or None if name else None
+
+
+def _scale_name(dim: Any) -> str | None:
+    """The basename of the first dimension scale attached to axis ``dim``, if any."""
+    try:
+        if len(dim) == 0:
+            return None
+        return _basename(dim[0].name)
+    except Exception:  # a dangling or unreadable reference
+        return None
+
+
+def _label(dim: Any) -> str | None:
+    try:
+        label = dim.label
+    except Exception:
+        return None
+    if isinstance(label, bytes):
+        label = label.decode("utf-8", "replace")
+    return label or None

@@ -1,13 +1,37 @@
-"""Parallel reads of deflate- and shuffle-filtered HDF5 chunks.
+"""Parallel reads of HDF5 chunks whose filters this module decodes itself.
 
 HDF5 decodes a filtered chunk inside the library, under the process-wide
 lock that h5py holds for every call, so decompression runs on one core at a
-time however many threads read.  For the filters almost every compressed
-HDF5 file uses (deflate, optionally after shuffle), this module reads each
-chunk's stored bytes with ``H5Dread_chunk`` (under the lock, a plain file
-read) and decodes them in a small thread pool outside it, with ISA-L's
-inflate when ``isal`` is installed (about twice zlib's speed) and zlib's
-otherwise.  Both release the GIL while they inflate.
+time however many threads read.  For the filters most compressed HDF5 files
+use, this module reads each chunk's stored bytes with ``H5Dread_chunk``
+(under the lock, a plain file read) and decodes them in a small thread pool
+outside it:
+
+* deflate (HDF5's gzip), with ISA-L's inflate when ``isal`` is installed
+  (about twice zlib's speed) and zlib's otherwise;
+* shuffle, with numcodecs' ``Shuffle`` (about 3x NumPy's transposing copy);
+* the hdf5plugin filters Blosc (32001, every compressor and its own
+  shuffle/bitshuffle, through ``numcodecs.blosc``), Zstd (32015, through
+  ``zstandard``) and LZ4 (32004, its blocks through ``numcodecs.lz4``),
+
+alone or after shuffle.  Every decoder releases the GIL while it works and
+is handed the chunk's size: a chunk that is corrupt or claims to hold more
+bytes than that raises before anything larger than the chunk is allocated.
+
+Bitshuffle (32008) stays with HDF5: bit-unshuffling in NumPy runs at about
+40 MB/s a core (unpackbits/packbits on 8 KiB blocks, measured), against
+750-850 MB/s for h5py's own read of a Bitshuffle-LZ4 dataset (the filter's
+SIMD code under HDF5's lock), so decoding it here would be slower even on
+many cores.  Any other filter (Blosc2, BZip2, LZF, szip, checksums ...) is
+decoded by HDF5 too.
+
+Measured (2 shared cores, warm page cache, a 400 MB float32 dataset of smooth
+values in 1 MiB chunks; MB/s over three runs, which vary with the machine's
+other load): LZ4 ``store[:]`` 1780-2880 against h5py's ``dset[:]``
+1050-1290 (``oocarr.sum`` 920-1100); gzip+shuffle 310-490 against 260-300;
+Zstd 850-1260 against 630-1000; Blosc-LZ4 730-1480 against 720-960;
+Blosc-Zstd 580-1210 against 610-690; shuffle+Zstd 540-655 against 480-610
+(the unshuffle holds the GIL).
 """
 
 from __future__ import annotations
@@ -15,6 +39,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import struct
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -23,21 +48,37 @@ from typing import Any
 
 import h5py
 import numpy as np
+from numcodecs import blosc as _blosc
+from numcodecs import lz4 as _lz4
+from numcodecs.shuffle import Shuffle as _Shuffle
 
-from oocarr_drivers.bounded import inflate
+from oocarr_drivers.bounded import inflate, unzstd
 
-__all__ = ["DECODER_CHUNKS", "ChunkDecoder", "decoder_for", "decoding_threads"]
+__all__ = [
+    "DECODER_CHUNKS",
+    "ChunkDecoder",
+    "decoder_for",
+    "decoding_threads",
+    "unblosc",
+    "unlz4",
+]
 
 _DEFLATE = h5py.h5z.FILTER_DEFLATE
 _SHUFFLE = h5py.h5z.FILTER_SHUFFLE
+#: hdf5plugin's filter ids (https://github.com/HDFGroup/hdf5_plugins/blob/master/docs/RegisteredFilterPlugins.md).
+BLOSC, LZ4, BITSHUFFLE, ZSTD = 32001, 32004, 32008, 32015
 
 #: Threads decoding chunks at once: each holds one stored and one or two decoded chunks.
 MAX_DECODERS = 4
 #: Chunk-sized buffers one decoding thread holds at most (stored, decoded, unshuffled).
 DECODER_CHUNKS = 3
+#: Bytes of a Blosc frame's header, and of the header of the LZ4 filter's chunks.
+BLOSC_HEADER, LZ4_HEADER = 16, 12
 
 _POOL: tuple[int, ThreadPoolExecutor] | None = None
 _POOL_LOCK = threading.Lock()
+# numcodecs < 0.16 names it without the underscore
+_cbuffer_sizes = getattr(_blosc, "cbuffer_sizes", None) or _blosc._cbuffer_sizes
 
 
 def decoding_threads() -> int:
@@ -63,15 +104,26 @@ def _pool() -> ThreadPoolExecutor:
 def decoder_for(dset: h5py.Dataset, dtype: np.dtype) -> ChunkDecoder | None:
     """A decoder for ``dset``'s chunks, or ``None`` when HDF5 must decode them itself.
 
-    Only chunked datasets whose filters are deflate and shuffle (at least one
-    of them) and whose stored type is a plain integer or float equal to
-    ``dtype`` qualify.
+    Only chunked datasets whose every filter is one this module decodes
+    (deflate, shuffle, Blosc, Zstd, LZ4) and whose stored type is a plain
+    integer or float equal to ``dtype`` qualify.
+
+    Examples
+    --------
+    >>> import h5py, hdf5plugin, numpy as np, tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "d.h5")
+    >>> with h5py.File(path, "w") as f:
+    ...     _ = f.create_dataset("z", data=np.zeros((8, 8)), chunks=(4, 4), **hdf5plugin.Zstd())
+    ...     _ = f.create_dataset("b", data=np.zeros((8, 8)), chunks=(4, 4), **hdf5plugin.BZip2())
+    >>> with h5py.File(path) as f:
+    ...     decoder_for(f["z"], np.dtype("f8")).filters, decoder_for(f["b"], np.dtype("f8"))
+    ((32015,), None)
     """
     if dset.chunks is None or dtype.kind not in "fiu":
         return None
     plist = dset.id.get_create_plist()
     filters = tuple(plist.get_filter(i)[0] for i in range(plist.get_nfilters()))
-    if not filters or not set(filters) <= {_DEFLATE, _SHUFFLE}:
+    if not filters or not set(filters) <= _UNFILTERS.keys():
         return None
     if dset.id.get_type().dtype != dtype:
         return None
@@ -123,7 +175,8 @@ class ChunkDecoder:
         """Fill ``out`` with ``region`` of ``dset``; ``lock`` guards each call into h5py.
 
         With ``parallel=False`` (for a caller that holds ``lock`` itself) every
-        chunk is read and decoded in the calling thread.
+        chunk is read and decoded in the calling thread.  A chunk that cannot
+        be decoded raises ``OSError`` naming it.
         """
         tasks = [self._task(dset, region, out, lock, start) for start in self._starts(region)]
         if len(tasks) == 1 or not parallel:
@@ -153,40 +206,139 @@ class ChunkDecoder:
                     dset.read_direct(out, source_sel=inner, dest_sel=local)
                     return
                 mask, stored = dset.id.read_direct_chunk(start)
-            out[local] = self._decode(stored, mask)[within]
+            out[local] = self._decode(stored, mask, start)[within]
 
         return run
 
-    def _decode(self, stored: bytes, mask: int) -> np.ndarray:
+    def _decode(self, stored: bytes, mask: int, start: tuple[int, ...]) -> np.ndarray:
         try:
             data = self._unfilter(stored, mask)
-        except Exception as err:  # zlib.error, isal_zlib.error
-            raise OSError(f"a chunk could not be decoded ({err})") from None
-        if len(data) != self.chunk_bytes:
-            raise OSError(f"a chunk decoded to {len(data)} bytes, not {self.chunk_bytes}")
+            if len(data) != self.chunk_bytes:
+                raise ValueError(f"it decoded to {len(data)} bytes, not {self.chunk_bytes}")
+        except Exception as err:  # ValueError from the bounded decoders, anything else
+            raise OSError(f"{self._name(start)} could not be decoded: {err}") from None
         return np.frombuffer(data, self.dtype).reshape(self.chunks)
+
+    def _name(self, start: tuple[int, ...]) -> str:
+        """``chunk (1, 0) (elements [100:200, 0:50])``."""
+        index = tuple(s // c for s, c in zip(start, self.chunks))
+        where = ", ".join(f"{s}:{s + c}" for s, c in zip(start, self.chunks))
+        return f"chunk {index} (elements [{where}])"
 
     def _unfilter(self, stored: bytes, mask: int) -> Any:
         data: Any = stored
         for position in reversed(range(len(self.filters))):
             if mask & (1 << position):
                 continue  # this filter was skipped when the chunk was written
-            if self.filters[position] == _DEFLATE:
-                data = inflate(data, self.chunk_bytes)
-            else:
-                data = _unshuffle(data, self.dtype.itemsize)
+            data = _UNFILTERS[self.filters[position]](data, self.chunk_bytes, self.dtype.itemsize)
         return data
 
 
+# ----------------------------------------------------------------------
+# The filters, each undone within a chunk's size
+# ----------------------------------------------------------------------
+def unblosc(data: Any, limit: int) -> np.ndarray:
+    """A Blosc frame (the Blosc filter's chunk) decompressed, refused before any allocation
+    when its header claims more than ``limit`` bytes or more stored bytes than it has.
+
+    Examples
+    --------
+    >>> frame = _blosc.compress(bytes(range(100)), b"lz4", 5, _blosc.SHUFFLE, 4)
+    >>> unblosc(frame, 100).tobytes() == bytes(range(100))
+    True
+    >>> unblosc(frame, 99)
+    Traceback (most recent call last):
+    ...
+    ValueError: its Blosc header claims 100 bytes, more than the 99 a chunk holds
+    """
+    if len(data) < BLOSC_HEADER:
+        raise ValueError(f"it holds {len(data)} bytes, less than a Blosc header")
+    nbytes, cbytes, _blocksize = _cbuffer_sizes(data)
+    if nbytes > limit:
+        raise ValueError(
+            f"its Blosc header claims {nbytes} bytes, more than the {limit} a chunk holds"
+        )
+    if cbytes > len(data) or cbytes < BLOSC_HEADER:
+        raise ValueError(f"its Blosc header claims {cbytes} stored bytes, but it has {len(data)}")
+    out = np.empty(nbytes, np.uint8)
+    try:
+        _blosc.decompress(data, out)
+    except (RuntimeError, ValueError) as err:
+        raise ValueError(f"the Blosc frame is corrupt ({err})") from None
+    return out
+
+
+def unlz4(data: Any, limit: int) -> np.ndarray:
+    """A chunk of the LZ4 filter (32004) decompressed, at most ``limit`` bytes.
+
+    The filter writes the decoded size (8 bytes, big-endian), the block size
+    (4 bytes), then each block as its stored size (4 bytes) and an LZ4 block,
+    or the block's raw bytes when LZ4 did not make it smaller.
+
+    Examples
+    --------
+    >>> raw = bytes(range(10)) * 3
+    >>> block = _lz4.compress(raw)[4:]  # numcodecs' own 4-byte size prefix dropped
+    >>> chunk = struct.pack(">QII", 30, 30, len(block)) + block
+    >>> unlz4(chunk, 30).tobytes() == raw
+    True
+    """
+    view = memoryview(data).cast("B")
+    if len(view) < LZ4_HEADER:
+        raise ValueError(f"it holds {len(view)} bytes, less than the LZ4 filter's header")
+    total, block = struct.unpack_from(">QI", view)
+    if total > limit:
+        raise ValueError(
+            f"its LZ4 header claims {total} bytes, more than the {limit} a chunk holds"
+        )
+    if block == 0 and total:
+        raise ValueError("its LZ4 header gives a block size of 0")
+    out = np.empty(total, np.uint8)
+    pos = LZ4_HEADER
+    for begin in range(0, total, block or 1):
+        size = min(block, total - begin)
+        if pos + 4 > len(view):
+            raise ValueError(f"it ends before LZ4 block {begin // block}")
+        (stored,) = struct.unpack_from(">I", view, pos)
+        pos += 4
+        if stored > len(view) - pos:
+            raise ValueError(f"LZ4 block {begin // block} claims more bytes than the chunk has")
+        piece, target = view[pos : pos + stored], out[begin : begin + size]
+        pos += stored
+        if stored == size:
+            target[:] = np.frombuffer(piece, np.uint8)  # stored raw
+            continue
+        try:
+            _lz4.decompress(struct.pack("<I", size) + piece, target)
+        except (RuntimeError, ValueError) as err:
+            raise ValueError(f"LZ4 block {begin // block} is corrupt ({err})") from None
+    return out
+
+
 def _unshuffle(data: Any, itemsize: int) -> np.ndarray:
-    """Undo HDF5's shuffle filter: the first bytes of every element, then the second..."""
+    """Undo HDF5's shuffle filter (the first bytes of every element, then the second...)
+    with numcodecs' Shuffle, about 3x NumPy's transposing copy.
+
+    Examples
+    --------
+    >>> _unshuffle(bytes([1, 3, 2, 4]), 2).tobytes()
+    b'\\x01\\x02\\x03\\x04'
+    """
     raw = np.frombuffer(data, np.uint8)
     if itemsize == 1:
         return raw
-    count = raw.size // itemsize
-    result = np.empty(raw.size, np.uint8)
-    result[: count * itemsize].reshape(count, itemsize)[...] = (
-        raw[: count * itemsize].reshape(itemsize, count).T
-    )
-    result[count * itemsize :] = raw[count * itemsize :]
-    return result
+    if raw.size % itemsize:
+        raise ValueError(f"it holds {raw.size} bytes, not whole {itemsize}-byte elements")
+    out = np.empty(raw.size, np.uint8)
+    _Shuffle(itemsize).decode(raw, out)
+    return out
+
+
+#: How each filter is undone: ``(stored, chunk bytes, itemsize) -> decoded``.
+_UNFILTERS: dict[int, Callable[[Any, int, int], Any]] = {
+    _DEFLATE: lambda data, limit, _itemsize: inflate(data, limit),
+    _SHUFFLE: lambda data, _limit, itemsize: _unshuffle(data, itemsize),
+    BLOSC: lambda data, limit, _itemsize: unblosc(data, limit),
+    ZSTD: lambda data, limit, _itemsize: unzstd(data, limit),
+    LZ4: lambda data, limit, _itemsize: unlz4(data, limit),
+}

@@ -163,3 +163,212 @@ def test_convert_verify_works_for_bfloat16(tmp_path):
     assert "Traceback" not in result.output
     got = oocarr.to_numpy(oocarr.open(dst))
     np.testing.assert_array_equal(got.view(np.uint16), values.view(np.uint16))
+
+
+# ----------------------------------------------------------------------
+# The corpus: files written by the tools that make them, each compared bit for bit with the
+# writing tool's own read through open, region reads, inspect --json --stats and convert
+# ----------------------------------------------------------------------
+GRID = np.add.outer(np.arange(120.0), np.arange(90.0)).astype("f4") % 37 * 0.25
+
+
+def _write_in_child(code: str, path: str) -> dict[str, np.ndarray]:
+    """Run ``code`` (which writes ``sys.argv[1]`` and saves the tool's own read of each array
+    with ``np.savez(sys.argv[1] + ".npz", ...)``) in a fresh interpreter; those reads.
+
+    netCDF4-python and PyTables bundle HDF5 libraries of their own, so they run apart from
+    this process's h5py.
+    """
+    result = _run(code, path)
+    assert result.returncode == 0, result.stderr
+    with np.load(path + ".npz") as saved:
+        return dict(saved)
+
+
+def _inspect(url: str) -> dict:
+    result = CliRunner().invoke(main, ["inspect", "--json", "--stats", url])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def _convert(src: str, dst: str) -> None:
+    result = CliRunner().invoke(main, ["convert", "-q", src, dst])
+    assert result.exit_code == 0, result.output
+
+
+def _check_corpus(url: str, want: np.ndarray, tmp_path, dims: tuple | None = None) -> None:
+    """``url`` read, inspected and converted as ``want`` (the writing tool's read)."""
+    x = oocarr.open(url)
+    assert x.store.name == "hdf5"
+    assert (x.shape, x.dtype) == (want.shape, want.dtype)
+    assert np.asarray(x.store[...]).tobytes() == want.tobytes()
+    a, b = want.shape[0] // 3, want.shape[0] - 1
+    if want.ndim == 2:
+        c, d = 7, want.shape[1] - 2
+        assert np.asarray(x.store[a:b, c:d]).tobytes() == want[a:b, c:d].tobytes()
+    else:
+        assert np.asarray(x.store[a:b]).tobytes() == want[a:b].tobytes()
+    assert x.store.dimension_names == dims
+    info = _inspect(url)
+    assert info["shape"] == list(want.shape) and info["dtype"] == str(want.dtype)
+    assert info["dimension_names"] == (None if dims is None else list(dims))
+    stats = info["stats"]
+    assert (stats["min"], stats["max"]) == (float(want.min()), float(want.max()))
+    assert stats["mean"] == pytest.approx(float(want.astype(np.float64).mean()))
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    h5 = str(tmp_path / "converted.h5")
+    _convert(url, h5 + "#/x")
+    with h5py.File(h5) as f:
+        assert f["x"][...].tobytes() == want.tobytes()
+        labels = tuple(d.label or None for d in f["x"].dims)
+    assert labels == (dims or (None,) * want.ndim)
+    zarr = pytest.importorskip("zarr")
+    zpath = str(tmp_path / "converted.zarr")
+    _convert(url, zpath)
+    z = zarr.open_array(zpath, mode="r")
+    assert z[...].tobytes() == want.tobytes()
+    assert z.metadata.dimension_names == dims
+
+
+@pytest.mark.parametrize("engine", ["netcdf4", "h5netcdf"])
+def test_xarray_to_netcdf_files_read_as_xarray_reads_them(tmp_path, engine):
+    pytest.importorskip("xarray")
+    pytest.importorskip({"netcdf4": "netCDF4"}.get(engine, engine))
+    path = str(tmp_path / f"xr-{engine}.nc")
+    want = _write_in_child(
+        f"""
+        import sys, numpy as np, xarray as xr
+        path = sys.argv[1]
+        grid = np.add.outer(np.arange(120.0), np.arange(90.0)).astype("f4") % 37 * 0.25
+        ds = xr.Dataset(
+            {{"t2m": (("time", "x"), grid), "n": (("x",), np.arange(90, dtype="i2"))}},
+            coords={{"time": np.arange(120.0)}},
+        )
+        ds.to_netcdf(path, engine="{engine}", encoding={{"t2m": {{"zlib": True}}}})
+        with xr.open_dataset(path, engine="{engine}", mask_and_scale=False) as back:
+            np.savez(path + ".npz", t2m=back["t2m"].values, n=back["n"].values)
+        """,
+        path,
+    )
+    np.testing.assert_array_equal(want["t2m"], GRID)
+    _check_corpus(path + "#/t2m", want["t2m"], tmp_path / "t2m", ("time", "x"))
+    assert oocarr.open(path + "#/t2m").store.compression == "gzip:4"
+    _check_corpus(path + "#/n", want["n"], tmp_path / "n", ("x",))
+
+
+@pytest.mark.parametrize("compression", ["zlib", "zstd"])
+def test_netcdf4_python_files_read_as_netcdf4_reads_them(tmp_path, compression):
+    netcdf4 = pytest.importorskip("netCDF4")
+    if compression == "zstd" and not getattr(netcdf4, "__has_zstandard_support__", False):
+        pytest.skip("this netCDF4 build has no zstd filter")
+    path = str(tmp_path / f"{compression}.nc")
+    want = _write_in_child(
+        f"""
+        import sys, numpy as np, netCDF4
+        path = sys.argv[1]
+        grid = np.add.outer(np.arange(120.0), np.arange(90.0)).astype("f4") % 37 * 0.25
+        with netCDF4.Dataset(path, "w") as ds:
+            ds.createDimension("time", 120)
+            ds.createDimension("x", 90)
+            v = ds.createVariable("t2m", "f4", ("time", "x"), compression="{compression}",
+                                  complevel=4, chunksizes=(32, 45))
+            v[:] = grid
+        with netCDF4.Dataset(path) as ds:
+            ds.set_auto_maskandscale(False)
+            np.savez(path + ".npz", t2m=ds["t2m"][:])
+        """,
+        path,
+    )
+    _check_corpus(path + "#/t2m", want["t2m"], tmp_path, ("time", "x"))
+    assert oocarr.open(path + "#/t2m").store.compression == (
+        "gzip:4" if compression == "zlib" else "zstd"
+    )
+
+
+@pytest.fixture(scope="module")
+def h5ad(tmp_path_factory):
+    anndata = pytest.importorskip("anndata")
+    scipy_sparse = pytest.importorskip("scipy.sparse")
+    rng = np.random.default_rng(3)
+    folder = tmp_path_factory.mktemp("h5ad")
+    dense = str(folder / "dense.h5ad")
+    adata = anndata.AnnData(
+        X=rng.standard_normal((150, 40)).astype("f4"),
+        obsm={"X_pca": rng.standard_normal((150, 10)).astype("f4")},
+        layers={"counts": rng.poisson(3.0, (150, 40)).astype("i8")},
+    )
+    adata.write_h5ad(dense, compression="gzip")
+    sparse = str(folder / "sparse.h5ad")
+    csr = scipy_sparse.random(150, 40, density=0.1, format="csr", dtype="f4", random_state=1)
+    anndata.AnnData(X=csr).write_h5ad(sparse)
+    back = anndata.read_h5ad(dense)
+    reads = {"X": back.X, "obsm/X_pca": back.obsm["X_pca"], "layers/counts": back.layers["counts"]}
+    return dense, sparse, reads
+
+
+@pytest.mark.parametrize("inner", ["X", "obsm/X_pca", "layers/counts"])
+def test_anndata_dense_arrays_read_as_anndata_reads_them(h5ad, tmp_path, inner):
+    dense, _, reads = h5ad
+    _check_corpus(f"{dense}#/{inner}", np.asarray(reads[inner]), tmp_path)
+
+
+def test_a_sparse_anndata_x_gets_an_error_naming_its_datasets(h5ad):
+    _, sparse, _ = h5ad
+    with pytest.raises(errors.OocarrError, match="/X/data.*/X/indices.*/X/indptr"):
+        oocarr.open(sparse + "#/X")
+    result = CliRunner().invoke(main, ["inspect", sparse + "#/X"])
+    assert result.exit_code != 0 and "/X/indptr" in result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("complib", ["blosc:lz4", "zlib"])
+def test_pytables_carrays_read_as_pytables_reads_them(tmp_path, complib):
+    pytest.importorskip("tables")
+    path = str(tmp_path / "carray.h5")
+    want = _write_in_child(
+        f"""
+        import sys, numpy as np, tables
+        path = sys.argv[1]
+        grid = np.add.outer(np.arange(120.0), np.arange(90.0)).astype("f4") % 37 * 0.25
+        filters = tables.Filters(complib="{complib}", complevel=5)
+        with tables.open_file(path, "w") as f:
+            f.create_carray("/", "x", obj=grid, filters=filters, chunkshape=(32, 45))
+        with tables.open_file(path) as f:
+            np.savez(path + ".npz", x=f.root.x[:])
+        """,
+        path,
+    )
+    _check_corpus(path + "#/x", want["x"], tmp_path)
+    assert oocarr.open(path + "#/x").store.compression == complib.split(":")[0].replace(
+        "zlib", "gzip:5"
+    )
+
+
+def test_save_keeps_a_netcdf_variables_dimension_names(tmp_path):
+    xr = pytest.importorskip("xarray")
+    pytest.importorskip("h5netcdf")
+    src, dst = str(tmp_path / "in.nc"), str(tmp_path / "out.h5")
+    xr.Dataset({"var": (("time", "x"), GRID)}).to_netcdf(src, engine="h5netcdf")
+    oocarr.save(oocarr.open(src + "#/var"), dst + "#/v")
+    with h5py.File(dst) as f:
+        assert [d.label for d in f["v"].dims] == ["time", "x"]
+        np.testing.assert_array_equal(f["v"][...], GRID)
+
+
+def test_dimension_names_are_written_as_hdf5_labels(tmp_path):
+    path = str(tmp_path / "new.h5")
+    with h5py.File(path, "w") as f:
+        f.create_dataset("old", data=GRID)
+    with oocarr.create(path + "#/new", GRID.shape, "f4").store as store:  # pending
+        store.set_dimension_names(("y", None))
+        store.write_region((slice(0, 120), slice(0, 90)), GRID)
+    store = oocarr.open(path + "#/old", mode="r+").store
+    store.set_dimension_names(("a", "b"))
+    store.set_attrs({"units": "K"})  # replacing the attributes keeps the labels
+    store.close()
+    with h5py.File(path) as f:
+        assert [d.label for d in f["new"].dims] == ["y", ""]
+        assert [d.label for d in f["old"].dims] == ["a", "b"]
+        assert sorted(f["old"].attrs) == ["DIMENSION_LABELS", "units"]
+    assert oocarr.open(path + "#/old").store.attrs == {"units": "K"}

@@ -803,8 +803,9 @@ class ZarrArray(BlockedArray):
         """Uncompressed local chunks: none (read straight into the caller's buffer);
         otherwise one batch of encoded chunks fetched and one decoded chunk per codec thread."""
         if self._meta.codecs.plain and isinstance(self._fs(), LocalFileSystem):
-            if self._meta.chunk_nbytes > BUFFERED_CHUNK_BYTES:
-                return 0
+            trailing = zip(shape[1:], self._chunks[1:])
+            if self._meta.chunk_nbytes > BUFFERED_CHUNK_BYTES or all(s <= c for s, c in trailing):
+                return 0  # whole chunks land contiguously in such a tile: no buffer
             chunks = math.prod(-(-max(1, s) // max(1, c)) for s, c in zip(shape, self._chunks))
             return min(CODEC_THREADS, chunks) * self._meta.chunk_nbytes
         chunks = math.prod(-(-max(1, s) // max(1, c)) for s, c in zip(shape, self._chunks))
@@ -862,7 +863,7 @@ class ZarrArray(BlockedArray):
             try:
                 if whole and full and target.flags.c_contiguous:
                     found = _read_file_into(path, target)
-                elif buffered:
+                elif buffered and full:
                     # 64³ uint16 chunks of a 256³ tile as row runs of 128 bytes: 0.95 s for
                     # 32 MiB (4096 preads a chunk); through a chunk buffer: under 0.1 s
                     chunk = self._chunk_buffer()

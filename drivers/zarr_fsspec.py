@@ -107,6 +107,8 @@ LOCAL_PARALLEL_BYTES = 256 * 2**10
 #: when they do not land contiguously in the caller's.
 BUFFERED_CHUNK_BYTES = 16 * 2**20
 _THREAD_BUFFERS = threading.local()
+#: Decoded bytes of chunks one codec task handles.
+TASK_BYTES = 2 * 2**20
 #: Threads that encode and decode compressed chunks.
 CODEC_THREADS = min(8, os.cpu_count() or 1)
 _POOL: ThreadPoolExecutor | None = None
@@ -794,10 +796,19 @@ class ZarrArray(BlockedArray):
         return itertools.product(*_chunk_ranges(region, self._chunks))
 
     def _map(self, fn, items: list) -> list:
-        """``fn`` over ``items``, on the codec thread pool when chunks are compressed."""
-        if len(items) > 1 and self._meta.codecs.compressors:
+        """``fn`` over ``items``, on the codec thread pool when chunks are compressed, in
+        groups of about :data:`TASK_BYTES` of chunks per task: one task per small chunk
+        costs more than decoding it (4096 zstd inner chunks of 8 KiB: 0.39 s one per task,
+        0.13 s in one thread)."""
+        if len(items) <= 1 or not self._meta.codecs.compressors:
+            return [fn(item) for item in items]
+        per_task = max(1, TASK_BYTES // max(1, self._meta.chunk_nbytes))
+        per_task = min(per_task, -(-len(items) // CODEC_THREADS))
+        if per_task == 1:
             return list(_codec_pool().map(fn, items))
-        return [fn(item) for item in items]
+        groups = [items[i : i + per_task] for i in range(0, len(items), per_task)]
+        done = _codec_pool().map(lambda group: [fn(item) for item in group], groups)
+        return [result for group in done for result in group]
 
     def read_overhead(self, shape) -> int:
         """Uncompressed local chunks: none (read straight into the caller's buffer);

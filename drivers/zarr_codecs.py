@@ -104,8 +104,9 @@ class NamedCodec:
                 data = raw.view(f"u{self.typesize}")
         return self.codec.encode(data)
 
-    def decode(self, data: Any, limit: int) -> Any:
-        """The codec's decoding of ``data``, at most ``limit`` bytes.
+    def decode(self, data: Any, limit: int, out: np.ndarray | None = None) -> Any:
+        """The codec's decoding of ``data``, at most ``limit`` bytes; into ``out`` (a uint8
+        buffer) when the codec's frame says it decodes to exactly ``out``'s size.
 
         Raises
         ------
@@ -119,13 +120,13 @@ class NamedCodec:
             if cid == "zlib":
                 return inflate(bytes(data), limit)
             if cid == "zstd":
-                return _unzstd(data, limit, self.codec)
+                return _unzstd(data, limit, self.codec, out)
             if cid in ("bz2", "lzma"):
                 return _stream(data, limit, cid)
             if cid == "blosc":
-                return _unblosc(data, limit, self.codec)
+                return _unblosc(data, limit, self.codec, out)
             if cid == "lz4":
-                return _unlz4(data, limit, self.codec)
+                return _unlz4(data, limit, self.codec, out)
             if cid.startswith("crc32") or cid in ("adler32", "fletcher32", "jenkins_lookup3"):
                 out = self.codec.decode(np.frombuffer(_bytes_view(data), np.uint8))
             else:
@@ -163,7 +164,16 @@ def _nbytes(data: Any) -> int:
     return data.nbytes if isinstance(data, np.ndarray) else memoryview(data).nbytes
 
 
-def _unzstd(data: Any, limit: int, codec: Codec) -> Any:
+def _into(codec: Codec, view: memoryview, stated: int, out: np.ndarray | None) -> Any:
+    """Decode into ``out`` when the frame states exactly its size (a reused buffer spares a
+    fresh, page-faulting allocation per chunk), else into a new buffer."""
+    if out is not None and stated == out.nbytes:
+        codec.decode(view, out=out)
+        return out
+    return codec.decode(view)
+
+
+def _unzstd(data: Any, limit: int, codec: Codec, out: np.ndarray | None = None) -> Any:
     raw = _bytes_view(data)
     try:
         stated = zstandard.frame_content_size(raw)
@@ -173,7 +183,7 @@ def _unzstd(data: Any, limit: int, codec: Codec) -> Any:
         return unzstd(bytes(raw), limit)
     if stated > limit:
         raise ValueError(f"it decompresses to more than the {limit} bytes a chunk holds")
-    return codec.decode(raw)
+    return _into(codec, raw, stated, out)
 
 
 def _stream(data: Any, limit: int, cid: str) -> bytes:
@@ -191,7 +201,7 @@ def _stream(data: Any, limit: int, cid: str) -> bytes:
     return out
 
 
-def _unblosc(data: Any, limit: int, codec: Codec) -> Any:
+def _unblosc(data: Any, limit: int, codec: Codec, out: np.ndarray | None = None) -> Any:
     from numcodecs import blosc
 
     view = _bytes_view(data)
@@ -206,17 +216,17 @@ def _unblosc(data: Any, limit: int, codec: Codec) -> Any:
         raise ValueError(
             f"its Blosc header claims {cbytes} stored bytes, the chunk has {len(view)}"
         )
-    return codec.decode(view)
+    return _into(codec, view, nbytes, out)
 
 
-def _unlz4(data: Any, limit: int, codec: Codec) -> Any:
+def _unlz4(data: Any, limit: int, codec: Codec, out: np.ndarray | None = None) -> Any:
     view = _bytes_view(data)
     if len(view) < 4:
         raise ValueError("the LZ4 data is shorter than its 4-byte size header")
     stated = int.from_bytes(view[:4], "little", signed=True)
     if not 0 <= stated <= limit:
         raise ValueError(f"its LZ4 header claims {stated} bytes, the chunk holds {limit}")
-    return codec.decode(view)
+    return _into(codec, view, stated, out)
 
 
 @dataclass(frozen=True, eq=False)
@@ -387,8 +397,13 @@ class CodecPipeline:
             return np.ascontiguousarray(data).tobytes()
         return bytes(data)
 
-    def decode(self, data: Any, shape: tuple[int, ...]) -> np.ndarray:
-        """The chunk of ``shape`` stored as ``data`` (may be a read-only view of ``data``).
+    def decode(
+        self, data: Any, shape: tuple[int, ...], buffer: np.ndarray | None = None
+    ) -> np.ndarray:
+        """The chunk of ``shape`` stored as ``data`` (may be a read-only view of ``data``, or
+        of ``buffer``: a uint8 scratch array of at least the chunk's bytes that a single
+        compressor decodes into, when given; the result then lives only until the buffer's
+        next use).
 
         Raises
         ------
@@ -399,8 +414,12 @@ class CodecPipeline:
         serial = self._serial_dtype()
         widest = max([serial.itemsize] + [_out_dtype(f, serial).itemsize for f in self.filters])
         limit = count * widest + _SLACK
-        for named in reversed(self.compressors):
-            data = named.decode(data, limit)
+        last = len(self.compressors) - 1
+        into = None
+        if buffer is not None and last >= 0 and not self.filters:
+            into = buffer.reshape(-1).view(np.uint8)[: count * serial.itemsize]
+        for i, named in enumerate(reversed(self.compressors)):
+            data = named.decode(data, limit, into if i == last else None)
         for named in reversed(self.filters):
             data = named.decode(data, limit)
         raw = _bytes_view(data) if not isinstance(data, np.ndarray) else data.reshape(-1)

@@ -786,9 +786,12 @@ class ZarrArray(BlockedArray):
             whole = whole and start == lo and stop == hi
         return tuple(in_chunk), tuple(in_region), whole
 
-    def _decode(self, data: bytes, key: str) -> np.ndarray:
+    def _decode(self, data: bytes, key: str, scratch: bool = False) -> np.ndarray:
+        """Chunk ``key`` decoded; with ``scratch``, into this thread's reused buffer (the
+        result is then valid until this thread decodes the next chunk)."""
+        buffer = self._decode_buffer() if scratch else None
         try:
-            return self._meta.codecs.decode(data, self._chunks)
+            return self._meta.codecs.decode(data, self._chunks, buffer)
         except ValueError as err:
             raise chunk_error(self._locator, key, err) from None
 
@@ -846,7 +849,7 @@ class ZarrArray(BlockedArray):
             if data is None:
                 out[in_out] = self._meta.fill_value
             else:
-                out[in_out] = self._decode(data, key)[in_chunk]
+                out[in_out] = self._decode(data, key, scratch=True)[in_chunk]
 
         for batch in _batches(self._indices(region), self._meta.chunk_nbytes):
             keys = [self._key(index) for index in batch]
@@ -895,6 +898,15 @@ class ZarrArray(BlockedArray):
         else:
             for index in indices:
                 fill(index)
+
+    def _decode_buffer(self) -> np.ndarray:
+        """This thread's reused buffer that one compressed chunk decodes into."""
+        nbytes = self._meta.chunk_nbytes
+        buffer = getattr(_THREAD_BUFFERS, "decode", None)
+        if buffer is None or buffer.nbytes != nbytes:
+            buffer = np.empty(nbytes, np.uint8)
+            _THREAD_BUFFERS.decode = buffer
+        return buffer
 
     def _chunk_buffer(self) -> np.ndarray:
         """This thread's reused buffer of one chunk."""
@@ -1011,7 +1023,7 @@ class ZarrArray(BlockedArray):
                 out[in_out] = self._meta.fill_value
                 return
             try:
-                chunk = self._meta.codecs.decode(data, self._chunks)
+                chunk = self._meta.codecs.decode(data, self._chunks, self._decode_buffer())
             except ValueError as err:
                 raise chunk_error(self._locator, f"{key} (inner chunk {index})", err) from None
             out[in_out] = chunk[in_chunk]

@@ -8,17 +8,23 @@ in use); the caller turns that into its corrupt-chunk error.
 
 from __future__ import annotations
 
+import numpy as np
 import zstandard
+from numcodecs import blosc as _blosc
 
 try:
     from isal import isal_zlib as zlib_impl
 except ImportError:  # pragma: no cover - isal has wheels for the common platforms
     import zlib as zlib_impl
 
-__all__ = ["inflate", "gunzip", "unzstd"]
+__all__ = ["inflate", "gunzip", "unblosc", "unzstd"]
 
 #: Bytes a zstd frame of unstated size is decoded in at a time.
 PIECE_BYTES = 4 * 2**20
+#: Bytes of a Blosc frame's header.
+BLOSC_HEADER = 16
+# numcodecs < 0.16 names it without the underscore
+_cbuffer_sizes = getattr(_blosc, "cbuffer_sizes", None) or _blosc._cbuffer_sizes
 #: ``wbits`` of a zlib stream (HDF5's deflate filter) and of a gzip member (Zarr's gzip codec).
 ZLIB_WBITS, GZIP_WBITS = 15, 31
 
@@ -117,3 +123,37 @@ def _unzstd_pieces(data: bytes, limit: int) -> bytes:
         parts.append(piece)
         size += len(piece)
     return b"".join(parts)
+
+
+def unblosc(data, limit: int, out: np.ndarray | None = None) -> np.ndarray:
+    """A Blosc frame (a Zarr ``blosc`` chunk, an HDF5 Blosc filter's chunk) decompressed
+    through numcodecs, refused before any allocation when its header claims more than
+    ``limit`` bytes or more stored bytes than it has; into ``out`` (uint8) when the frame
+    decodes to exactly its size.
+
+    Examples
+    --------
+    >>> frame = _blosc.compress(bytes(range(100)), b"lz4", 5, _blosc.SHUFFLE, 4)
+    >>> unblosc(frame, 100).tobytes() == bytes(range(100))
+    True
+    >>> unblosc(frame, 99)
+    Traceback (most recent call last):
+    ...
+    ValueError: its Blosc header claims 100 bytes, more than the 99 a chunk holds
+    """
+    if len(data) < BLOSC_HEADER:
+        raise ValueError(f"it holds {len(data)} bytes, less than a Blosc header")
+    nbytes, cbytes, _blocksize = _cbuffer_sizes(data)
+    if nbytes > limit:
+        raise ValueError(
+            f"its Blosc header claims {nbytes} bytes, more than the {limit} a chunk holds"
+        )
+    if cbytes > len(data) or cbytes < BLOSC_HEADER:
+        raise ValueError(f"its Blosc header claims {cbytes} stored bytes, but it has {len(data)}")
+    if out is None or out.nbytes != nbytes:
+        out = np.empty(nbytes, np.uint8)
+    try:
+        _blosc.decompress(data, out)
+    except (RuntimeError, ValueError) as err:
+        raise ValueError(f"the Blosc frame is corrupt ({err})") from None
+    return out

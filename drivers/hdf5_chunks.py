@@ -48,11 +48,10 @@ from typing import Any
 
 import h5py
 import numpy as np
-from numcodecs import blosc as _blosc
 from numcodecs import lz4 as _lz4
 from numcodecs.shuffle import Shuffle as _Shuffle
 
-from oocarr_drivers.bounded import inflate, unzstd
+from oocarr_drivers.bounded import inflate, unblosc, unzstd
 
 __all__ = [
     "DECODER_CHUNKS",
@@ -72,13 +71,11 @@ BLOSC, LZ4, BITSHUFFLE, ZSTD = 32001, 32004, 32008, 32015
 MAX_DECODERS = 4
 #: Chunk-sized buffers one decoding thread holds at most (stored, decoded, unshuffled).
 DECODER_CHUNKS = 3
-#: Bytes of a Blosc frame's header, and of the header of the LZ4 filter's chunks.
-BLOSC_HEADER, LZ4_HEADER = 16, 12
+#: Bytes of the header of the LZ4 filter's chunks.
+LZ4_HEADER = 12
 
 _POOL: tuple[int, ThreadPoolExecutor] | None = None
 _POOL_LOCK = threading.Lock()
-# numcodecs < 0.16 names it without the underscore
-_cbuffer_sizes = getattr(_blosc, "cbuffer_sizes", None) or _blosc._cbuffer_sizes
 
 
 def decoding_threads() -> int:
@@ -237,37 +234,6 @@ class ChunkDecoder:
 # ----------------------------------------------------------------------
 # The filters, each undone within a chunk's size
 # ----------------------------------------------------------------------
-def unblosc(data: Any, limit: int) -> np.ndarray:
-    """A Blosc frame (the Blosc filter's chunk) decompressed, refused before any allocation
-    when its header claims more than ``limit`` bytes or more stored bytes than it has.
-
-    Examples
-    --------
-    >>> frame = _blosc.compress(bytes(range(100)), b"lz4", 5, _blosc.SHUFFLE, 4)
-    >>> unblosc(frame, 100).tobytes() == bytes(range(100))
-    True
-    >>> unblosc(frame, 99)
-    Traceback (most recent call last):
-    ...
-    ValueError: its Blosc header claims 100 bytes, more than the 99 a chunk holds
-    """
-    if len(data) < BLOSC_HEADER:
-        raise ValueError(f"it holds {len(data)} bytes, less than a Blosc header")
-    nbytes, cbytes, _blocksize = _cbuffer_sizes(data)
-    if nbytes > limit:
-        raise ValueError(
-            f"its Blosc header claims {nbytes} bytes, more than the {limit} a chunk holds"
-        )
-    if cbytes > len(data) or cbytes < BLOSC_HEADER:
-        raise ValueError(f"its Blosc header claims {cbytes} stored bytes, but it has {len(data)}")
-    out = np.empty(nbytes, np.uint8)
-    try:
-        _blosc.decompress(data, out)
-    except (RuntimeError, ValueError) as err:
-        raise ValueError(f"the Blosc frame is corrupt ({err})") from None
-    return out
-
-
 def unlz4(data: Any, limit: int) -> np.ndarray:
     """A chunk of the LZ4 filter (32004) decompressed, at most ``limit`` bytes.
 

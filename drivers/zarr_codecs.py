@@ -32,7 +32,7 @@ from numcodecs.abc import Codec
 
 from oocarr.errors import InvalidStoreError, UnsupportedCompressionError
 from oocarr.store import Compression, Locator, corrupt
-from oocarr_drivers.bounded import gunzip, inflate, unzstd
+from oocarr_drivers.bounded import gunzip, inflate, unblosc, unzstd
 
 __all__ = [
     "CodecPipeline",
@@ -124,7 +124,7 @@ class NamedCodec:
             if cid in ("bz2", "lzma"):
                 return _stream(data, limit, cid)
             if cid == "blosc":
-                return _unblosc(data, limit, self.codec, out)
+                return unblosc(_bytes_view(data), limit, out)
             if cid == "lz4":
                 return _unlz4(data, limit, self.codec, out)
             if cid.startswith("crc32") or cid in ("adler32", "fletcher32", "jenkins_lookup3"):
@@ -199,24 +199,6 @@ def _stream(data: Any, limit: int, cid: str) -> bytes:
     if not decoder.eof:
         raise ValueError(f"the {cid} stream ends early")
     return out
-
-
-def _unblosc(data: Any, limit: int, codec: Codec, out: np.ndarray | None = None) -> Any:
-    from numcodecs import blosc
-
-    view = _bytes_view(data)
-    if len(view) < 16:
-        raise ValueError("the Blosc frame is shorter than its 16-byte header")
-    nbytes, cbytes, _ = blosc._cbuffer_sizes(view)
-    if nbytes > limit:
-        raise ValueError(
-            f"its Blosc header claims {nbytes} bytes, more than the {limit} a chunk holds"
-        )
-    if cbytes != len(view):
-        raise ValueError(
-            f"its Blosc header claims {cbytes} stored bytes, the chunk has {len(view)}"
-        )
-    return _into(codec, view, nbytes, out)
 
 
 def _unlz4(data: Any, limit: int, codec: Codec, out: np.ndarray | None = None) -> Any:

@@ -99,8 +99,6 @@ INDEX_CACHE_BYTES = 4 * 2**20
 BATCH_BYTES = 64 * 2**20
 #: Most chunk requests in one batch.
 BATCH_KEYS = 1024
-_GLOB_CHARS = re.compile(r"[*?\[]")
-_UNSEEN = object()
 #: Uncompressed local chunks at least this large are read by several threads at once.
 LOCAL_PARALLEL_BYTES = 256 * 2**10
 #: Uncompressed local chunks up to this size are read whole into a reused per-thread buffer
@@ -314,8 +312,9 @@ def _probe(fs: fsspec.AbstractFileSystem, prefix: str, locator: Locator) -> tupl
     return "foreign", "files that are not a Zarr array (" + ", ".join(sorted(names)[:3]) + ")"
 
 
-#: What an unfinished create leaves: chunk keys, attributes, temporary metadata files.
+#: A Zarr v2 chunk key (or the first directory of one with ``/`` separators).
 _V2_CHUNK = re.compile(r"\d+(\.\d+)*")
+#: What an unfinished create leaves: chunk keys, attributes, temporary metadata files.
 _LEFTOVER = re.compile(r"c|\d+(\.\d+)*|\.zattrs|\.(zarr\.json|zarray|zattrs)\.tmp-.*")
 #: Names an array's own directory holds: metadata, chunk keys (``c``, ``c.0.1``, ``0.1``).
 _OWN_NAME = re.compile(r"zarr\.json|\.zarray|\.zattrs|c|c\..*|\d+(\.\d+)*|\..*")

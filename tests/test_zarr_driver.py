@@ -26,6 +26,7 @@ from oocarr.errors import (
     NotFoundError,
     ReadOnlyError,
     UnsupportedCompressionError,
+    UnsupportedDtypeError,
 )
 from oocarr.store import BFLOAT16
 from oocarr.store.registry import get_driver
@@ -730,3 +731,25 @@ def test_s3_reads_are_one_get_per_chunk_and_no_head(s3_server, shards):
     else:
         # 4 shard indices, 4 whole-shard runs; the region: 2 runs (indices are kept)
         assert calls.count("get_object") == 4 + 4 + 2
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"chunks": (3, 3), "shards": (4, 4)}, "not a multiple of the chunks"),
+        ({"shards": (4,)}, "do not match the array's 2 axes"),
+        ({"shards": "x"}, "must be a shape of positive integers"),
+        ({"zarr_format": 2, "shards": (4, 4)}, "Zarr v2 has no sharding"),
+        ({"zarr_format": 4}, "must be 2 or 3"),
+    ],
+)
+def test_bad_layout_options_are_refused(tmp_path, options, match):
+    url = str(tmp_path / "a.zarr")
+    with pytest.raises(InvalidArgumentError, match=match):
+        oocarr.save(np.zeros((4, 4)), url, **options)
+    assert not os.path.exists(url)
+
+
+def test_zarr_v2_has_no_bfloat16(tmp_path):
+    with pytest.raises(UnsupportedDtypeError, match="bfloat16"):
+        oocarr.create(str(tmp_path / "b.zarr"), (2,), BFLOAT16, zarr_format=2)

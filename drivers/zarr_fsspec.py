@@ -91,6 +91,8 @@ META_KEY = "zarr.json"
 ARRAY_KEYS = (META_KEY, zarr_v2.ARRAY_KEY)
 #: Options ``create`` takes for the layout of a new array (not kept in its locator).
 CREATE_OPTIONS = ("zarr_format", "shards")
+#: Members named in the error for a group opened as an array.
+MAX_LISTED = 8
 #: Largest shard oocarr picks for ``shards="auto"``.
 DEFAULT_SHARD_BYTES = 32 * 2**20
 #: Bytes of shard indices kept per open array (the index of a shard is read once).
@@ -365,22 +367,40 @@ def _read_meta(fs: fsspec.AbstractFileSystem, prefix: str, locator: Locator) -> 
     """The array at ``prefix``: its ``zarr.json``, else its ``.zarray`` and ``.zattrs``."""
     raw = read_document(fs, _join(prefix, META_KEY), locator)
     if raw is not None:
-        return parse_array(parse_document(raw, locator), locator)
+        doc = parse_document(raw, locator)
+        if doc.get("node_type") == "group":
+            raise _group_error(fs, prefix, locator)
+        return parse_array(doc, locator)
     doc = zarr_v2.parse_json(
         read_document(fs, _join(prefix, zarr_v2.ARRAY_KEY), locator), ".zarray", locator
     )
     if doc is None:
         if read_document(fs, _join(prefix, zarr_v2.GROUP_KEY), locator) is not None:
-            raise InvalidStoreError(
-                f"{locator.full_url} is a Zarr group, not an array; address an array inside "
-                "it with URL#/name",
-                url=locator.full_url,
-            )
+            raise _group_error(fs, prefix, locator)
         require_exists(False, locator, "Zarr array (zarr.json or .zarray)")
     attrs = zarr_v2.parse_json(
         read_document(fs, _join(prefix, zarr_v2.ATTRS_KEY), locator), ".zattrs", locator
     )
     return zarr_v2.parse_array(doc, attrs, locator)
+
+
+def _group_error(fs, prefix: str, locator: Locator) -> InvalidStoreError:
+    """The error for opening a group as an array, naming the arrays inside it (a sparse
+    AnnData matrix is a group of ``data``, ``indices`` and ``indptr``)."""
+    members = [
+        _split(child)[1]
+        for child in _child_prefixes(fs, prefix)[:MAX_LISTED]
+        if any(read_document(fs, _join(child, key), locator) for key in ARRAY_KEYS)
+    ]
+    inside = f" (arrays here: {', '.join(members)})" if members else ""
+    base = locator.full_url.rstrip("/")
+    example = f"{base}/{members[0]}" if "#" in base else f"{base}#/{members[0]}" if members else ""
+    hint = f", e.g. {example}" if example else ""
+    return InvalidStoreError(
+        f"{locator.full_url} is a Zarr group, not an array{inside}; address an array inside "
+        f"it with URL#/name{hint}",
+        url=locator.full_url,
+    )
 
 
 def _freeze_shards(value: Any) -> Any:

@@ -836,3 +836,17 @@ def test_unknown_codec_is_named(tmp_path, kwargs, meta, edit):
     _edit_json(path, meta, edit)
     with pytest.raises(UnsupportedCompressionError, match="nosuchcodec"):
         open_and_read(path)
+
+
+def test_sparse_anndata_matrix_is_a_group_whose_arrays_are_named(tmp_path):
+    """A CSR ``X`` is a group: opening it says so and names its arrays, which open."""
+    ad = pytest.importorskip("anndata")
+    sparse = pytest.importorskip("scipy.sparse")
+    matrix = sparse.random(40, 12, density=0.2, format="csr", dtype="f4", random_state=0)
+    path = str(tmp_path / "sparse.zarr")
+    ad.AnnData(X=matrix).write_zarr(path)
+    with pytest.raises(InvalidStoreError, match="data, indices, indptr") as info:
+        oocarr.open(f"{path}#/X")
+    assert f"{path}#/X/data" in str(info.value)
+    assert_bit_identical(oocarr.to_numpy(oocarr.open(f"{path}#/X/indptr")), matrix.indptr)
+    assert_bit_identical(oocarr.to_numpy(oocarr.open(f"{path}#/X/data")), matrix.data)

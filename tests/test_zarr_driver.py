@@ -753,3 +753,28 @@ def test_bad_layout_options_are_refused(tmp_path, options, match):
 def test_zarr_v2_has_no_bfloat16(tmp_path):
     with pytest.raises(UnsupportedDtypeError, match="bfloat16"):
         oocarr.create(str(tmp_path / "b.zarr"), (2,), BFLOAT16, zarr_format=2)
+
+
+def test_a_copy_into_a_sharded_array_writes_each_shard_once_and_whole(tmp_path):
+    """``save`` tiles a sharded destination in whole shards (``write_chunks``): no shard is
+    read back and rewritten, and each is stored exactly once."""
+    from oocarr_drivers import zarr_fsspec
+
+    data = np.arange(64 * 48, dtype="f4").reshape(64, 48)
+    stored: list[str] = []
+    real_store = zarr_fsspec._store
+
+    def counting(fs, blobs):
+        stored.extend(blobs)
+        real_store(fs, blobs)
+
+    url = str(tmp_path / "s.zarr")
+    with (
+        mock.patch.object(zarr_fsspec, "_store", counting),
+        mock.patch.object(zarr_fsspec, "_fetch", side_effect=AssertionError("read back")),
+        oocarr.memory_budget("64KB"),
+    ):
+        x = oocarr.save(data, url, chunks=(8, 8), shards=(16, 24), compression="zstd")
+    assert x.store.write_chunks == (16, 24) and x.store.chunks == (8, 8)
+    assert sorted(stored) == sorted(set(stored)) and len(stored) == 4 * 2
+    np.testing.assert_array_equal(zarr.open_array(url)[:], data)

@@ -67,7 +67,7 @@ from oocarr.store import (
     storage_error,
 )
 from oocarr_drivers import zarr_v2
-from oocarr_drivers.chunk_runs import read_chunk_region
+from oocarr_drivers.chunk_runs import read_chunk_region, read_chunk_slabs
 from oocarr_drivers.claims import ZARR_SUFFIXES, zarr_can_open
 from oocarr_drivers.zarr_codecs import LEVEL_RANGES, WRITABLE, CodecPipeline, chunk_error
 from oocarr_drivers.zarr_meta import (
@@ -103,9 +103,9 @@ BATCH_BYTES = 64 * 2**20
 BATCH_KEYS = 1024
 #: Uncompressed local chunks at least this large are read by several threads at once.
 LOCAL_PARALLEL_BYTES = 256 * 2**10
-#: Uncompressed local chunks up to this size are read whole into a reused per-thread buffer
-#: when they do not land contiguously in the caller's.
-BUFFERED_CHUNK_BYTES = 16 * 2**20
+#: Bytes of each reused per-thread buffer that chunks are decoded (or uncompressed chunk
+#: slabs read) into: each codec thread keeps two, also after a read.
+SCRATCH_BYTES = 4 * 2**20
 _THREAD_BUFFERS = threading.local()
 #: Decoded bytes of chunks one codec task handles.
 TASK_BYTES = 2 * 2**20
@@ -469,6 +469,15 @@ def _layout(
             url=url,
         )
     return chunks, shards
+
+
+def _scratch(name: str) -> np.ndarray:
+    """This thread's reused buffer ``name`` of :data:`SCRATCH_BYTES`."""
+    buffer = getattr(_THREAD_BUFFERS, name, None)
+    if buffer is None:
+        buffer = np.empty(SCRATCH_BYTES, np.uint8)
+        setattr(_THREAD_BUFFERS, name, buffer)
+    return buffer
 
 
 def _chunk_ranges(region: tuple[slice, ...], chunks: tuple[int, ...]) -> list[range]:
@@ -836,11 +845,10 @@ class ZarrArray(BlockedArray):
         """Uncompressed local chunks: none (read straight into the caller's buffer);
         otherwise one batch of encoded chunks fetched and one decoded chunk per codec thread."""
         if self._meta.codecs.plain and isinstance(self._fs(), LocalFileSystem):
-            trailing = zip(shape[1:], self._chunks[1:])
-            if self._meta.chunk_nbytes > BUFFERED_CHUNK_BYTES or all(s <= c for s, c in trailing):
+            if all(s <= c for s, c in zip(shape[1:], self._chunks[1:])):
                 return 0  # whole chunks land contiguously in such a tile: no buffer
             chunks = math.prod(-(-max(1, s) // max(1, c)) for s, c in zip(shape, self._chunks))
-            return min(CODEC_THREADS, chunks) * self._meta.chunk_nbytes
+            return min(CODEC_THREADS, chunks) * SCRATCH_BYTES
         chunks = math.prod(-(-max(1, s) // max(1, c)) for s, c in zip(shape, self._chunks))
         nbytes = self._meta.chunk_nbytes
         decoding = min(CODEC_THREADS, chunks) * nbytes
@@ -878,14 +886,14 @@ class ZarrArray(BlockedArray):
 
     def _read_local(self, fs: LocalFileSystem, region, out: np.ndarray) -> None:
         """Read uncompressed chunks of a local array, several at a time: a whole chunk that
-        lands contiguously in ``out`` with one ``readinto``; a chunk of at most
-        :data:`BUFFERED_CHUNK_BYTES` that does not (a 3-d chunk inside a larger tile) with one
-        ``readinto`` into a reused per-thread buffer and a copy; part of a larger chunk as the
-        byte runs of that part (``pread`` straight into ``out``), so a chunk larger than the
-        memory budget streams within it."""
+        lands contiguously in ``out`` with one ``readinto``; otherwise the chunk's rows the
+        region needs, in slabs through a reused per-thread buffer of :data:`SCRATCH_BYTES`,
+        then copied (rows of more than that: the byte runs of the part, ``pread`` straight
+        into ``out``), so a chunk larger than the memory budget streams within it."""
         nbytes = self._meta.chunk_nbytes
         dtype = np.dtype(self._dtype)
-        buffered = nbytes <= BUFFERED_CHUNK_BYTES
+        row = math.prod(self._chunks[1:]) * dtype.itemsize
+        slabs = len(self._chunks) > 1 and row <= SCRATCH_BYTES
 
         def fill(index: tuple[int, ...]) -> None:
             key = self._key(index)
@@ -896,13 +904,12 @@ class ZarrArray(BlockedArray):
             try:
                 if whole and full and target.flags.c_contiguous:
                     found = _read_file_into(path, target)
-                elif buffered and full:
+                elif slabs:
                     # 64³ uint16 chunks of a 256³ tile as row runs of 128 bytes: 0.95 s for
-                    # 32 MiB (4096 preads a chunk); through a chunk buffer: under 0.1 s
-                    chunk = self._chunk_buffer()
-                    found = _read_file_into(path, chunk)
-                    if found:
-                        target[...] = chunk[in_chunk]
+                    # 32 MiB (4096 preads a chunk); in slabs through a buffer: 0.02 s
+                    found = read_chunk_slabs(
+                        path, self._chunks, dtype, in_chunk, target, _scratch("slab")
+                    )
                 else:
                     found = read_chunk_region(path, self._chunks, dtype, in_chunk, target)
                 if not found:
@@ -918,22 +925,12 @@ class ZarrArray(BlockedArray):
             for index in indices:
                 fill(index)
 
-    def _decode_buffer(self) -> np.ndarray:
-        """This thread's reused buffer that one compressed chunk decodes into."""
-        nbytes = self._meta.chunk_nbytes
-        buffer = getattr(_THREAD_BUFFERS, "decode", None)
-        if buffer is None or buffer.nbytes != nbytes:
-            buffer = np.empty(nbytes, np.uint8)
-            _THREAD_BUFFERS.decode = buffer
-        return buffer
-
-    def _chunk_buffer(self) -> np.ndarray:
-        """This thread's reused buffer of one chunk."""
-        buffer = getattr(_THREAD_BUFFERS, "chunk", None)
-        if buffer is None or buffer.shape != self._chunks or buffer.dtype != self._dtype:
-            buffer = np.empty(self._chunks, self._dtype)
-            _THREAD_BUFFERS.chunk = buffer
-        return buffer
+    def _decode_buffer(self) -> np.ndarray | None:
+        """This thread's reused buffer that one compressed chunk decodes into, for chunks of
+        at most :data:`SCRATCH_BYTES` (a larger one gets a fresh buffer each time)."""
+        if self._meta.chunk_nbytes > SCRATCH_BYTES:
+            return None
+        return _scratch("decode")
 
     def _blank_chunk(self) -> np.ndarray:
         return np.full(self._chunks, self._meta.fill_value, dtype=self._dtype)

@@ -56,7 +56,11 @@ class Sum(BlockParallelOp):
         # (contiguous storage, chunks None, wants whole trailing axes: one run of the file)
         in_tile = grow_block(shape, 1, per_tile, base=chunks, first_axis_first=chunks is not None)
         if math.prod(in_tile) > per_tile:
-            in_tile = grow_block(shape, 1, per_tile)
+            in_tile = (
+                grow_block(shape, 1, per_tile)
+                if chunks is None
+                else _within_chunk(shape, chunks, per_tile)
+            )
         out_tile = self._out_of(in_tile, fill=1)
         return Plan(out_tile, {f"in{i}": n for i, n in enumerate(in_tile)})
 
@@ -86,6 +90,27 @@ class Sum(BlockParallelOp):
 
     def forward_block(self, block: jax.Array) -> jax.Array:
         return jnp.sum(block, axis=self.axes, keepdims=self.params.get("keepdims", False))
+
+
+def _within_chunk(shape, chunks, per_tile: int) -> tuple[int, ...]:
+    """A tile of at most ``per_tile`` elements for a chunk that is larger: the chunk cut into
+    as few pieces as fit, first axis first, so that a compressed chunk (decoded whole for any
+    part of it) is decoded as few times as the budget allows.  Rows of whole chunks across
+    the array (what tiles of contiguous storage are) would decode each chunk once per row
+    slab: a 1024³ uint16 zstd array in 256³ chunks took 64 s to sum that way, 16x its read.
+
+    Examples
+    --------
+    >>> _within_chunk((1024, 1024, 1024), (256, 256, 256), 14_000_000)
+    (128, 256, 256)
+    """
+    tile = [max(1, min(c, n)) for c, n in zip(chunks, shape)]
+    for axis in range(len(tile)):
+        if math.prod(tile) <= per_tile:
+            break
+        pieces = -(-math.prod(tile) // per_tile)
+        tile[axis] = max(1, -(-tile[axis] // pieces))
+    return tuple(tile)
 
 
 def _tiles(per_axis: list) -> Iterator[tuple[slice, ...]]:

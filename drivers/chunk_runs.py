@@ -96,15 +96,10 @@ def read_chunk_region(
     [[5, 6], [9, 10]]
     """
     itemsize = dtype.itemsize
-    expected = math.prod(chunk) * itemsize
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
+    fd = _open_chunk(path, math.prod(chunk) * itemsize)
+    if fd is None:
         return False
     try:
-        size = os.fstat(fd).st_size
-        if size != expected:
-            raise ValueError(f"the chunk file has {size} bytes, expected {expected}")
         if target.size == 0:
             return True
         axis = _split_axis(chunk, region, target)
@@ -125,6 +120,20 @@ def read_chunk_region(
     finally:
         os.close(fd)
     return True
+
+
+def _open_chunk(path: str, expected: int) -> int | None:
+    """A descriptor of the chunk file at ``path`` (``None`` when there is none), checked to
+    hold ``expected`` bytes (``ValueError`` otherwise)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    size = os.fstat(fd).st_size
+    if size != expected:
+        os.close(fd)
+        raise ValueError(f"the chunk file has {size} bytes, expected {expected}")
+    return fd
 
 
 def read_chunk_slabs(
@@ -159,16 +168,10 @@ def read_chunk_slabs(
     """
     row = math.prod(chunk[1:]) * dtype.itemsize
     rows = max(1, buffer.nbytes // max(1, row))
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
+    fd = _open_chunk(path, math.prod(chunk) * dtype.itemsize)
+    if fd is None:
         return False
     try:
-        size = os.fstat(fd).st_size
-        if size != math.prod(chunk) * dtype.itemsize:
-            raise ValueError(
-                f"the chunk file has {size} bytes, expected {math.prod(chunk) * dtype.itemsize}"
-            )
         first = region[0]
         for start in range(first.start, first.stop, rows):
             stop = min(start + rows, first.stop)

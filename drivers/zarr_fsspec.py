@@ -365,23 +365,15 @@ def _codec_pool() -> ThreadPoolExecutor:
 # ----------------------------------------------------------------------
 def _read_meta(fs: fsspec.AbstractFileSystem, prefix: str, locator: Locator) -> ArrayMeta:
     """The array at ``prefix``: its ``zarr.json``, else its ``.zarray`` and ``.zattrs``."""
-    raw = read_document(fs, _join(prefix, META_KEY), locator)
-    if raw is not None:
-        doc = parse_document(raw, locator)
-        if doc.get("node_type") == "group":
-            raise _group_error(fs, prefix, locator)
-        return parse_array(doc, locator)
-    doc = zarr_v2.parse_json(
-        read_document(fs, _join(prefix, zarr_v2.ARRAY_KEY), locator), ".zarray", locator
-    )
-    if doc is None:
-        if read_document(fs, _join(prefix, zarr_v2.GROUP_KEY), locator) is not None:
-            raise _group_error(fs, prefix, locator)
+    node = _node(fs, prefix, locator)
+    if node is None:
         require_exists(False, locator, "Zarr array (zarr.json or .zarray)")
-    attrs = zarr_v2.parse_json(
-        read_document(fs, _join(prefix, zarr_v2.ATTRS_KEY), locator), ".zattrs", locator
-    )
-    return zarr_v2.parse_array(doc, attrs, locator)
+    kind, doc, attrs = node
+    if kind in ("group", "v2-group"):
+        raise _group_error(fs, prefix, locator)
+    if kind == "v2-array":
+        return zarr_v2.parse_array(doc, attrs, locator)
+    return parse_array(doc, locator)
 
 
 def _group_error(fs, prefix: str, locator: Locator) -> InvalidStoreError:
@@ -625,18 +617,15 @@ class ZarrArray(BlockedArray):
         parts = [p for p in locator.path.split("/") if p][:-1]
         parents = [_join(base, "/".join(parts[:i])) for i in range(len(parts) + 1)]
         for parent in parents:
-            raw = read_document(fs, _join(parent, META_KEY), locator)
-            if raw is None and read_document(fs, _join(parent, zarr_v2.ARRAY_KEY), locator):
-                raw = b'{"zarr_format": 3, "node_type": "array"}'
             try:
-                node = None if raw is None else parse_document(raw, locator)["node_type"]
+                node = _node(fs, parent, locator)
             except InvalidStoreError as err:
                 raise InvalidStoreError(
-                    f"cannot create {locator.full_url}: the parent {parent}/{META_KEY} is not "
-                    f"valid Zarr v3 metadata ({err}); fix or remove it",
+                    f"cannot create {locator.full_url}: the parent {parent} holds metadata "
+                    f"that is not valid Zarr ({err}); fix or remove it",
                     url=locator.full_url,
                 ) from None
-            if node == "array":
+            if node is not None and node[0] in ("array", "v2-array"):
                 raise InvalidArgumentError(
                     f"cannot create {locator.full_url}: {parent} is a Zarr array, and only "
                     "groups hold members; pick another path",

@@ -1027,10 +1027,7 @@ class ZarrArray(BlockedArray):
             if data is None:
                 out[in_out] = self._meta.fill_value
                 return
-            try:
-                chunk = self._meta.codecs.decode(data, self._chunks, self._decode_buffer())
-            except ValueError as err:
-                raise chunk_error(self._locator, f"{key} (inner chunk {index})", err) from None
+            chunk = self._decode(data, f"{key} (inner chunk {index})", scratch=True)
             out[in_out] = chunk[in_chunk]
 
         shards = list(wanted)
@@ -1140,12 +1137,7 @@ class ZarrArray(BlockedArray):
                 if data is None:
                     chunk = self._blank_chunk()
                 else:
-                    try:
-                        chunk = self._meta.codecs.decode(data, self._chunks).copy()
-                    except ValueError as err:
-                        raise chunk_error(
-                            self._locator, f"{key} (inner chunk {index})", err
-                        ) from None
+                    chunk = self._decode(data, f"{key} (inner chunk {index})").copy()
                 chunk[in_chunk] = part
                 part = chunk
             return self._meta.codecs.encode(part)

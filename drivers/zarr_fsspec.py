@@ -472,6 +472,36 @@ def _scratch(name: str) -> np.ndarray:
     return buffer
 
 
+class _DecodeBuffers:
+    """The buffers compressed chunks of one read call decode into, one per codec thread:
+    this thread's reused :data:`SCRATCH_BYTES` buffer for chunks that fit it, otherwise one
+    of the chunk's size made for the call (``read_overhead`` counts one per codec thread)
+    and let go with it, so a call over many large chunks does not map a fresh one each."""
+
+    def __init__(self, chunk_nbytes: int) -> None:
+        self._nbytes = chunk_nbytes
+        self._own: dict[int, np.ndarray] = {}
+
+    def get(self) -> np.ndarray:
+        if self._nbytes <= SCRATCH_BYTES:
+            return _scratch("decode")
+        thread = threading.get_ident()
+        buffer = self._own.get(thread)
+        if buffer is None:
+            buffer = self._own[thread] = np.empty(self._nbytes, np.uint8)
+        return buffer
+
+
+def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether ``a`` is ``b``'s memory seen alike (a chunk decoded in place)."""
+    return (
+        a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+        and a.shape == b.shape
+        and a.strides == b.strides
+        and a.dtype == b.dtype
+    )
+
+
 def _chunk_ranges(region: tuple[slice, ...], chunks: tuple[int, ...]) -> list[range]:
     return [range(r.start // c, (r.stop - 1) // c + 1) for r, c in zip(region, chunks)]
 
@@ -803,10 +833,9 @@ class ZarrArray(BlockedArray):
             whole = whole and start == lo and stop == hi
         return tuple(in_chunk), tuple(in_region), whole
 
-    def _decode(self, data: bytes, key: str, scratch: bool = False) -> np.ndarray:
-        """Chunk ``key`` decoded; with ``scratch``, into this thread's reused buffer (the
-        result is then valid until this thread decodes the next chunk)."""
-        buffer = self._decode_buffer() if scratch else None
+    def _decode(self, data: bytes, key: str, buffer: np.ndarray | None = None) -> np.ndarray:
+        """Chunk ``key`` decoded; into ``buffer`` when given and the codecs can (the result
+        is then valid until the buffer's next use)."""
         try:
             return self._meta.codecs.decode(data, self._chunks, buffer)
         except ValueError as err:
@@ -859,13 +888,11 @@ class ZarrArray(BlockedArray):
             self._read_local(fs, region, out)
             return
 
+        buffers = _DecodeBuffers(self._meta.chunk_nbytes)
+
         def fill(item) -> None:
             index, key, data = item
-            in_chunk, in_out, _ = self._overlap(index, region)
-            if data is None:
-                out[in_out] = self._meta.fill_value
-            else:
-                out[in_out] = self._decode(data, key, scratch=True)[in_chunk]
+            self._place(data, key, index, region, out, buffers)
 
         for batch in _batches(self._indices(region), self._meta.chunk_nbytes):
             keys = [self._key(index) for index in batch]
@@ -914,12 +941,26 @@ class ZarrArray(BlockedArray):
             for index in indices:
                 fill(index)
 
-    def _decode_buffer(self) -> np.ndarray | None:
-        """This thread's reused buffer that one compressed chunk decodes into, for chunks of
-        at most :data:`SCRATCH_BYTES` (a larger one gets a fresh buffer each time)."""
-        if self._meta.chunk_nbytes > SCRATCH_BYTES:
-            return None
-        return _scratch("decode")
+    def _place(self, data, key: str, index, region, out: np.ndarray, buffers) -> None:
+        """Chunk ``index`` (stored as ``data``; ``None``: missing) put where it meets
+        ``region`` in ``out``: decoded straight into ``out`` when it lands there whole and
+        contiguous (a tile of whole chunks), otherwise into this thread's decode buffer of
+        ``buffers`` and copied.  Decoding a 32 MiB zstd chunk into a fresh buffer and then
+        copying it spent half its time faulting in the two (py-spy, 256³ uint16)."""
+        in_chunk, in_out, whole = self._overlap(index, region)
+        if data is None:
+            out[in_out] = self._meta.fill_value
+            return
+        target = out[(*in_out, ...)]  # a view even of a 0-d array
+        direct = (
+            whole
+            and target.shape == self._chunks
+            and target.dtype == self._dtype
+            and target.flags.c_contiguous
+        )
+        chunk = self._decode(data, key, target if direct else buffers.get())
+        if not (direct and _same_memory(chunk, target)):
+            target[...] = chunk[in_chunk]
 
     def _blank_chunk(self) -> np.ndarray:
         return np.full(self._chunks, self._meta.fill_value, dtype=self._dtype)
@@ -1021,14 +1062,11 @@ class ZarrArray(BlockedArray):
             wanted.setdefault(shard, []).append((index, place))
         per_batch = max(1, min(BATCH_KEYS, BATCH_BYTES // max(1, self._meta.chunk_nbytes)))
 
+        buffers = _DecodeBuffers(self._meta.chunk_nbytes)
+
         def fill(item) -> None:
             index, key, data = item
-            in_chunk, in_out, _ = self._overlap(index, region)
-            if data is None:
-                out[in_out] = self._meta.fill_value
-                return
-            chunk = self._decode(data, f"{key} (inner chunk {index})", scratch=True)
-            out[in_out] = chunk[in_chunk]
+            self._place(data, f"{key} (inner chunk {index})", index, region, out, buffers)
 
         shards = list(wanted)
         start = 0

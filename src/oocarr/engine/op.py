@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import jax
 import numpy as np
@@ -30,6 +30,7 @@ __all__ = [
     "Op",
     "BlockParallelOp",
     "CustomOp",
+    "HostBlock",
     "Plan",
     "Reader",
     "Region",
@@ -77,6 +78,20 @@ class Op:
     def compute_output_shape(self) -> tuple[int, ...]:
         raise NotImplementedError
 
+    def tile_itemsize(self, dtypes: Sequence[np.dtype], plan: Plan | None = None) -> int:
+        """Bytes each element of the forward pass's tile-sized buffers is counted at, for
+        inputs of ``dtypes`` (and, once planned, tiles of ``plan``): the widest input's,
+        and at least 4 (the float32 most ops compute in) by default.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from oocarr.ops.elementwise import Add
+        >>> Add((4,), (4,)).tile_itemsize([np.dtype("u1"), np.dtype("f8")])
+        8
+        """
+        return max([np.dtype(d).itemsize for d in dtypes] + [4])
+
     def min_tile_elems(self) -> int:
         """Elements in the smallest tile this op can run with (for the budget check)."""
         return 1
@@ -94,6 +109,16 @@ class Op:
         """What the jitted block functions depend on; calls that share it share compilations."""
         shapes = self.in_shapes if self.shape_dependent else ()
         return (type(self), shapes, tuple(sorted(self.params.items())))
+
+
+class HostBlock(NamedTuple):
+    """A block-parallel op's forward and combine as NumPy functions (see
+    :meth:`BlockParallelOp.host_block`): ``forward(*blocks)`` gives a partial result as an
+    owned array, ``combine(acc, part)`` folds ``part`` into ``acc`` in place and returns it.
+    Blocks are not padded to the nominal tile shape."""
+
+    forward: Callable[..., np.ndarray]
+    combine: Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
 class BlockParallelOp(Op):
@@ -152,6 +177,12 @@ class BlockParallelOp(Op):
         return np.dtype(
             jax.eval_shape(lambda *b: self.finish(self.forward_block(*b)), *inputs).dtype
         )
+
+    def host_block(self, dtypes: Sequence[np.dtype]) -> HostBlock | None:
+        """NumPy block functions giving the same bits as the jitted ones for inputs of these
+        dtypes, for ops whose exact result XLA's CPU client computes far slower (``None``:
+        the jitted functions are used).  Used on the CPU backend only."""
+        return None
 
     # -- planning ---------------------------------------------------------
     def plan(self, budget_elems: int, chunks: tuple[int, ...] | None) -> Plan:

@@ -141,17 +141,29 @@ class OOCAlgorithm:
             plan = self.op.plan(self.budget_elems(operands, itemsize, overhead) // share, chunks)
         return plan
 
+    def forward_plan(self, operands: list[Operand]) -> tuple[Plan, int]:
+        """The forward pass's tiles and the bytes an element of its tile-sized buffers is
+        counted at (the op's :meth:`~oocarr.engine.op.Op.tile_itemsize` for those tiles:
+        planned again, with smaller tiles, until the count holds for them)."""
+        dtypes = [np.dtype(o.value.dtype) for o in operands]
+        itemsize = self.op.tile_itemsize(dtypes)
+        plan = self.plan(operands, itemsize)
+        while (needed := self.op.tile_itemsize(dtypes, plan)) > itemsize:
+            itemsize = needed
+            plan = self.plan(operands, itemsize)
+        return plan, itemsize
+
     def forward(
         self, operands: list[Operand], out: BlockedArray | np.ndarray | None = None
     ) -> np.ndarray | None:
         """Compute the output into ``out`` (a store or an array); 0-d outputs are returned."""
         operands = self._counted(operands)
-        itemsize = max([o.value.dtype.itemsize for o in operands] + [4])
         try:
             if isinstance(self.op, CustomOp):
+                itemsize = self.op.tile_itemsize([np.dtype(o.value.dtype) for o in operands])
                 run = CustomRun(self, operands, itemsize)
                 return run.forward(out)
-            plan = self.plan(operands, itemsize)
+            plan, itemsize = self.forward_plan(operands)
             self.counts.project(self.projection(operands, plan, itemsize).nbytes)
             return self._forward_loop(operands, plan, out)
         finally:
@@ -193,8 +205,7 @@ class OOCAlgorithm:
         """This call's forward pass as independent tile tasks (see :mod:`oocarr.engine.tasks`),
         planned as :meth:`forward` plans it: running them and writing each result at its
         region, in order, gives the bytes :meth:`forward` writes."""
-        itemsize = max([o.value.dtype.itemsize for o in operands] + [4])
-        plan = self.plan(operands, itemsize)
+        plan, _ = self.forward_plan(operands)
         inputs = tuple(o.value.locator if o.stored else np.asarray(o.value) for o in operands)
         dtypes = tuple(np.dtype(o.value.dtype) for o in operands)
         tasks = tuple(

@@ -85,6 +85,11 @@ class TileFolder:
     def __init__(self, op: BlockParallelOp, plan: Plan, dtypes: Sequence[np.dtype]) -> None:
         self.op = op
         self.nominal = Nominal(op, plan)
+        # The backend is fixed per process, so every executor's worker folds a plan's tiles
+        # alike; the host functions are exact (integer) ones, equal in bits to XLA's.
+        self._host = op.host_block(list(dtypes)) if jax.default_backend() == "cpu" else None
+        if self._host is not None:
+            return
         self._forward, self._accumulate = block_functions(op)
         specs = self.nominal.specs(list(dtypes))
         if specs is not None:
@@ -94,6 +99,9 @@ class TileFolder:
 
     def fold(self, acc: Any, blocks: list[np.ndarray]) -> Any:
         """``acc`` with one step's input blocks folded in (``None`` starts a tile)."""
+        if self._host is not None:
+            part = self._host.forward(*blocks)
+            return part if acc is None else self._host.combine(acc, part)
         inputs = self.nominal.inputs(blocks)
         return self._forward(*inputs) if acc is None else self._accumulate(acc, *inputs)
 

@@ -52,6 +52,7 @@ from numcodecs import lz4 as _lz4
 from numcodecs.shuffle import Shuffle as _Shuffle
 
 from oocarr_drivers.bounded import inflate, unblosc, unzstd
+from oocarr_drivers.decode_buffers import CallBuffers, same_memory
 
 __all__ = [
     "DECODER_CHUNKS",
@@ -175,7 +176,10 @@ class ChunkDecoder:
         chunk is read and decoded in the calling thread.  A chunk that cannot
         be decoded raises ``OSError`` naming it.
         """
-        tasks = [self._task(dset, region, out, lock, start) for start in self._starts(region)]
+        buffers = CallBuffers(self.chunk_bytes, count=2)
+        tasks = [
+            self._task(dset, region, out, lock, start, buffers) for start in self._starts(region)
+        ]
         if len(tasks) == 1 or not parallel:
             for task in tasks:
                 task()
@@ -188,7 +192,7 @@ class ChunkDecoder:
         axes = [range(r.start - r.start % c, r.stop, c) for r, c in zip(region, self.chunks)]
         return itertools.product(*axes)
 
-    def _task(self, dset, region, out, lock, start) -> Callable[[], None]:
+    def _task(self, dset, region, out, lock, start, buffers) -> Callable[[], None]:
         inner = tuple(
             slice(max(r.start, s), min(r.stop, s + c))
             for r, s, c in zip(region, start, self.chunks)
@@ -203,13 +207,33 @@ class ChunkDecoder:
                     dset.read_direct(out, source_sel=inner, dest_sel=local)
                     return
                 mask, stored = dset.id.read_direct_chunk(start)
-            out[local] = self._decode(stored, mask, start)[within]
+            target = out[local]
+            # a whole chunk landing contiguously in ``out`` (a tile of whole chunks) is
+            # decoded straight into it; otherwise through this thread's buffers, then copied
+            direct = (
+                target.shape == self.chunks
+                and target.dtype == self.dtype
+                and target.flags.c_contiguous
+            )
+            chunk = self._decode(stored, mask, start, buffers, target if direct else None)
+            if not (direct and same_memory(chunk, target)):
+                target[...] = chunk[within]
 
         return run
 
-    def _decode(self, stored: bytes, mask: int, start: tuple[int, ...]) -> np.ndarray:
+    def _decode(
+        self,
+        stored: bytes,
+        mask: int,
+        start: tuple[int, ...],
+        buffers: CallBuffers | None = None,
+        target: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Chunk ``start`` decoded from its ``stored`` bytes: its filters undone through
+        ``buffers`` (when given) and the last into ``target`` (when given) where they can."""
+        final = None if target is None else target.reshape(-1).view(np.uint8)
         try:
-            data = self._unfilter(stored, mask)
+            data = self._unfilter(stored, mask, buffers, final)
             if len(data) != self.chunk_bytes:
                 raise ValueError(f"it decoded to {len(data)} bytes, not {self.chunk_bytes}")
         except Exception as err:  # ValueError from the bounded decoders, anything else
@@ -222,19 +246,38 @@ class ChunkDecoder:
         where = ", ".join(f"{s}:{s + c}" for s, c in zip(start, self.chunks))
         return f"chunk {index} (elements [{where}])"
 
-    def _unfilter(self, stored: bytes, mask: int) -> Any:
+    def _unfilter(
+        self,
+        stored: bytes,
+        mask: int,
+        buffers: CallBuffers | None = None,
+        final: np.ndarray | None = None,
+    ) -> Any:
+        """The filters not skipped (``mask``) undone, last applied first; a filter that can
+        decodes into ``final`` when it is the last undone, else into whichever of this
+        thread's two ``buffers`` does not hold its input."""
+        steps = [p for p in reversed(range(len(self.filters))) if not mask & (1 << p)]
         data: Any = stored
-        for position in reversed(range(len(self.filters))):
-            if mask & (1 << position):
-                continue  # this filter was skipped when the chunk was written
-            data = _UNFILTERS[self.filters[position]](data, self.chunk_bytes, self.dtype.itemsize)
+        for i, position in enumerate(steps):
+            fid = self.filters[position]
+            out = None
+            if fid in _INTO:
+                if i == len(steps) - 1 and final is not None:
+                    out = final
+                elif buffers is not None:
+                    out = next(
+                        b
+                        for b in (buffers.get(0), buffers.get(1))
+                        if not (isinstance(data, np.ndarray) and np.may_share_memory(data, b))
+                    )
+            data = _UNFILTERS[fid](data, self.chunk_bytes, self.dtype.itemsize, out)
         return data
 
 
 # ----------------------------------------------------------------------
 # The filters, each undone within a chunk's size
 # ----------------------------------------------------------------------
-def unlz4(data: Any, limit: int) -> np.ndarray:
+def unlz4(data: Any, limit: int, out: np.ndarray | None = None) -> np.ndarray:
     """A chunk of the LZ4 filter (32004) decompressed, at most ``limit`` bytes.
 
     The filter writes the decoded size (8 bytes, big-endian), the block size
@@ -259,7 +302,8 @@ def unlz4(data: Any, limit: int) -> np.ndarray:
         )
     if block == 0 and total:
         raise ValueError("its LZ4 header gives a block size of 0")
-    out = np.empty(total, np.uint8)
+    if out is None or out.nbytes != total:
+        out = np.empty(total, np.uint8)
     pos = LZ4_HEADER
     for begin in range(0, total, block or 1):
         size = min(block, total - begin)
@@ -281,7 +325,7 @@ def unlz4(data: Any, limit: int) -> np.ndarray:
     return out
 
 
-def _unshuffle(data: Any, itemsize: int) -> np.ndarray:
+def _unshuffle(data: Any, itemsize: int, out: np.ndarray | None = None) -> np.ndarray:
     """Undo HDF5's shuffle filter (the first bytes of every element, then the second...)
     with numcodecs' Shuffle, about 3x NumPy's transposing copy.
 
@@ -295,16 +339,20 @@ def _unshuffle(data: Any, itemsize: int) -> np.ndarray:
         return raw
     if raw.size % itemsize:
         raise ValueError(f"it holds {raw.size} bytes, not whole {itemsize}-byte elements")
-    out = np.empty(raw.size, np.uint8)
+    if out is None or out.nbytes != raw.size:
+        out = np.empty(raw.size, np.uint8)
     _Shuffle(itemsize).decode(raw, out)
     return out
 
 
-#: How each filter is undone: ``(stored, chunk bytes, itemsize) -> decoded``.
-_UNFILTERS: dict[int, Callable[[Any, int, int], Any]] = {
-    _DEFLATE: lambda data, limit, _itemsize: inflate(data, limit),
-    _SHUFFLE: lambda data, _limit, itemsize: _unshuffle(data, itemsize),
-    BLOSC: lambda data, limit, _itemsize: unblosc(data, limit),
-    ZSTD: lambda data, limit, _itemsize: unzstd(data, limit),
-    LZ4: lambda data, limit, _itemsize: unlz4(data, limit),
+#: How each filter is undone: ``(stored, chunk bytes, itemsize, out) -> decoded``, into
+#: ``out`` (uint8, or ``None``) when it has the decoded size and the filter can.
+_UNFILTERS: dict[int, Callable[[Any, int, int, Any], Any]] = {
+    _DEFLATE: lambda data, limit, _itemsize, _out: inflate(data, limit),
+    _SHUFFLE: lambda data, _limit, itemsize, out: _unshuffle(data, itemsize, out),
+    BLOSC: lambda data, limit, _itemsize, out: unblosc(data, limit, out),
+    ZSTD: lambda data, limit, _itemsize, out: unzstd(data, limit, out),
+    LZ4: lambda data, limit, _itemsize, out: unlz4(data, limit, out),
 }
+#: The filters whose decoder writes into a given buffer.
+_INTO = frozenset({_SHUFFLE, BLOSC, ZSTD, LZ4})

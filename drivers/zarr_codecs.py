@@ -174,16 +174,7 @@ def _into(codec: Codec, view: memoryview, stated: int, out: np.ndarray | None) -
 
 
 def _unzstd(data: Any, limit: int, codec: Codec, out: np.ndarray | None = None) -> Any:
-    raw = _bytes_view(data)
-    try:
-        stated = zstandard.frame_content_size(raw)
-    except zstandard.ZstdError as err:
-        raise ValueError(f"the zstd frame is corrupt ({err})") from None
-    if stated < 0:  # no size in the frame header: numcodecs would grow a buffer without end
-        return unzstd(bytes(raw), limit)
-    if stated > limit:
-        raise ValueError(f"it decompresses to more than the {limit} bytes a chunk holds")
-    return _into(codec, raw, stated, out)
+    return unzstd(_bytes_view(data), limit, out)
 
 
 def _stream(data: Any, limit: int, cid: str) -> bytes:

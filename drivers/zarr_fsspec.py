@@ -69,6 +69,7 @@ from oocarr.store import (
 from oocarr_drivers import zarr_v2
 from oocarr_drivers.chunk_runs import read_chunk_region, read_chunk_slabs
 from oocarr_drivers.claims import ZARR_SUFFIXES, zarr_can_open
+from oocarr_drivers.decode_buffers import CallBuffers, same_memory
 from oocarr_drivers.zarr_codecs import LEVEL_RANGES, WRITABLE, CodecPipeline, chunk_error
 from oocarr_drivers.zarr_meta import (
     DATA_TYPES,
@@ -472,34 +473,15 @@ def _scratch(name: str) -> np.ndarray:
     return buffer
 
 
-class _DecodeBuffers:
+class _DecodeBuffers(CallBuffers):
     """The buffers compressed chunks of one read call decode into, one per codec thread:
     this thread's reused :data:`SCRATCH_BYTES` buffer for chunks that fit it, otherwise one
-    of the chunk's size made for the call (``read_overhead`` counts one per codec thread)
-    and let go with it, so a call over many large chunks does not map a fresh one each."""
+    of the chunk's size for the call (``read_overhead`` counts one per codec thread)."""
 
-    def __init__(self, chunk_nbytes: int) -> None:
-        self._nbytes = chunk_nbytes
-        self._own: dict[int, np.ndarray] = {}
-
-    def get(self) -> np.ndarray:
-        if self._nbytes <= SCRATCH_BYTES:
+    def get(self, which: int = 0) -> np.ndarray:
+        if self.nbytes <= SCRATCH_BYTES:
             return _scratch("decode")
-        thread = threading.get_ident()
-        buffer = self._own.get(thread)
-        if buffer is None:
-            buffer = self._own[thread] = np.empty(self._nbytes, np.uint8)
-        return buffer
-
-
-def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
-    """Whether ``a`` is ``b``'s memory seen alike (a chunk decoded in place)."""
-    return (
-        a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
-        and a.shape == b.shape
-        and a.strides == b.strides
-        and a.dtype == b.dtype
-    )
+        return super().get(which)
 
 
 def _chunk_ranges(region: tuple[slice, ...], chunks: tuple[int, ...]) -> list[range]:
@@ -959,7 +941,7 @@ class ZarrArray(BlockedArray):
             and target.flags.c_contiguous
         )
         chunk = self._decode(data, key, target if direct else buffers.get())
-        if not (direct and _same_memory(chunk, target)):
+        if not (direct and same_memory(chunk, target)):
             target[...] = chunk[in_chunk]
 
     def _blank_chunk(self) -> np.ndarray:

@@ -55,6 +55,7 @@ REGIONS = [
     (slice(0, 45), slice(0, 70)),
     (slice(3, 44), slice(5, 69)),
     (slice(8, 16), slice(16, 32)),  # exactly one chunk
+    (slice(0, 24), slice(16, 32)),  # whole chunks stacked: each decoded straight into it
     (slice(39, 45), slice(60, 70)),  # the edge chunks, partly never written
 ]
 

@@ -120,7 +120,7 @@ class NamedCodec:
             if cid == "zlib":
                 return inflate(bytes(data), limit)
             if cid == "zstd":
-                return _unzstd(data, limit, self.codec, out)
+                return unzstd(_bytes_view(data), limit, out)
             if cid in ("bz2", "lzma"):
                 return _stream(data, limit, cid)
             if cid == "blosc":
@@ -171,10 +171,6 @@ def _into(codec: Codec, view: memoryview, stated: int, out: np.ndarray | None) -
         codec.decode(view, out=out)
         return out
     return codec.decode(view)
-
-
-def _unzstd(data: Any, limit: int, codec: Codec, out: np.ndarray | None = None) -> Any:
-    return unzstd(_bytes_view(data), limit, out)
 
 
 def _stream(data: Any, limit: int, cid: str) -> bytes:

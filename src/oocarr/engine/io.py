@@ -1,8 +1,9 @@
 """The engine's I/O around a loop: operands read (and counted) by region, the next step's
-blocks read ahead in a background thread, finished tiles written behind in another."""
+blocks read ahead in background threads, finished tiles written behind in another."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -14,7 +15,7 @@ from oocarr.store.blocked import BlockedArray
 from oocarr.store.buffers import BufferPool
 
 from .op import Region
-from .plan import INPUT_TILES
+from .plan import INPUT_TILES, MAX_READ_AHEAD
 from .stats import IOCounts
 
 __all__ = ["Operand", "WriteBehind", "prefetched", "stream_copy", "stream_read"]
@@ -33,9 +34,10 @@ class Operand:
         self.stored = isinstance(value, BlockedArray)
         self.counts = counts
         self._last: tuple[Region, np.ndarray] | None = None
-        # the planner counts INPUT_TILES blocks per stored input; the pool never holds more
-        # than were in use at once
-        self._buffers = BufferPool(keep=INPUT_TILES) if self.stored else None
+        # the planner counts INPUT_TILES blocks per stored input, and more when steps are
+        # read in parallel; the pool never holds more than were in use at once
+        keep = INPUT_TILES + MAX_READ_AHEAD - 1
+        self._buffers = BufferPool(keep=keep) if self.stored else None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -60,17 +62,22 @@ class Operand:
 _END = object()
 
 
-def prefetched(items: Iterable[Any], read: Callable[[Any], Any]) -> Iterator[tuple[Any, Any]]:
-    """``(item, read(item))`` for each item, reading the next item in a background thread
-    while the caller works on the current one (inline when there is only one).
+def prefetched(
+    items: Iterable[Any], read: Callable[[Any], Any], ahead: int = 1
+) -> Iterator[tuple[Any, Any]]:
+    """``(item, read(item))`` for each item, in order, reading the next ``ahead`` items in
+    background threads (one each) while the caller works on the current one (inline when
+    there is only one item).
 
     A read that fails raises at the step that needs it.  Closing the iterator early (the
-    caller stopped or raised) cancels the read ahead and does not wait for one in flight.
+    caller stopped or raised) cancels the reads ahead and does not wait for those in flight.
 
     Examples
     --------
     >>> [(i, v) for i, v in prefetched(range(3), lambda i: i * 10)]
     [(0, 0), (1, 10), (2, 20)]
+    >>> [v for _, v in prefetched(range(5), lambda i: i * 10, ahead=3)]
+    [0, 10, 20, 30, 40]
     """
     items = iter(items)
     current = next(items, _END)
@@ -80,30 +87,38 @@ def prefetched(items: Iterable[Any], read: Callable[[Any], Any]) -> Iterator[tup
     if following is _END:
         yield current, read(current)
         return
-    pool = ThreadPoolExecutor(1, thread_name_prefix="oocarr-read")
-    future: Future | None = pool.submit(read, current)
+    ahead = max(1, ahead)
+    pool = ThreadPoolExecutor(ahead, thread_name_prefix="oocarr-read")
+    pending: collections.deque[tuple[Any, Future]] = collections.deque()
+    pending.append((current, pool.submit(read, current)))
+    upcoming: Any = following
     try:
-        while True:
+        while pending:
+            # the step in use and ``ahead`` reads: at most ahead + 1 blocks at once
+            while upcoming is not _END and len(pending) < ahead:
+                pending.append((upcoming, pool.submit(read, upcoming)))
+                upcoming = next(items, _END)
+            item, future = pending[0]
             value = future.result()
-            future = None if following is _END else pool.submit(read, following)
-            yield current, value
+            pending.popleft()
+            if upcoming is not _END:
+                pending.append((upcoming, pool.submit(read, upcoming)))
+                upcoming = next(items, _END)
+            yield item, value
             del value
-            if following is _END:
-                return
-            current, following = following, next(items, _END)
     finally:
-        _stop_reader(pool, future)
+        _stop_readers(pool, [future for _, future in pending])
 
 
-def _stop_reader(pool: ThreadPoolExecutor, future: Future | None) -> None:
-    """Shut the read-ahead thread down; a read still running finishes on its own and its
-    result is dropped.
+def _stop_readers(pool: ThreadPoolExecutor, futures: list[Future]) -> None:
+    """Shut the read-ahead threads down; reads still running finish on their own and their
+    results are dropped.
 
-    Waiting for it could never end: the iterator may be closed by a garbage collection that
-    runs in a thread holding a lock the read needs (a driver's, a buffer pool's), or by
-    Ctrl-C while the read blocks.
+    Waiting for them could never end: the iterator may be closed by a garbage collection that
+    runs in a thread holding a lock a read needs (a driver's, a buffer pool's), or by
+    Ctrl-C while a read blocks.
     """
-    running = future is not None and not future.cancel() and not future.done()
+    running = [f for f in futures if not f.cancel() and not f.done()]
     pool.shutdown(wait=not running, cancel_futures=True)
 
 

@@ -29,6 +29,7 @@ __all__ = [
     "COPY_TILES",
     "EXTRA_BATCHES",
     "INPUT_TILES",
+    "MAX_READ_AHEAD",
     "STATS_TILES",
     "STREAM_SUM_TILES",
     "WRITE_BEHIND_TILES",
@@ -49,6 +50,8 @@ __all__ = [
 WRITE_BEHIND_TILES = 1
 #: Tiles per stored input besides the op's own: read ahead, and still held by XLA.
 INPUT_TILES = 2
+#: Most steps a streamer reads at once (see ``OOCAlgorithm.read_ahead``).
+MAX_READ_AHEAD = 4
 #: Bytes of a budget kept for what a call holds besides its planned buffers (the Python and
 #: XLA working memory of a step, thread stacks, allocator granularity): Cubed's
 #: ``reserved_mem``.  Tiles are sized from the rest.  A budget of at most

@@ -10,6 +10,7 @@ memory (a NumPy array, broadcast like any other input).
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -24,11 +25,13 @@ from .io import Operand, WriteBehind, prefetched
 from .op import BlockParallelOp, CustomOp, Plan, Region
 from .plan import (
     INPUT_TILES,
+    MAX_READ_AHEAD,
     WRITE_BEHIND_TILES,
     Buffers,
     Projection,
     least_read_buffers,
     require,
+    reserved,
     tile_budget,
 )
 from .stats import IOCounts, record
@@ -36,6 +39,13 @@ from .tasks import BackwardPlan, BackwardTask, TilePlan, TileTask
 from .tiles import Nominal, StepGradient, TileFolder, crop_to, pad
 
 __all__ = ["OOCAlgorithm", "CustomRun"]
+
+
+def _cores() -> int:
+    """The CPU cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 class OOCAlgorithm:
@@ -113,21 +123,45 @@ class OOCAlgorithm:
         shapes = Nominal(self.op, plan).in_shapes
         return sum(o.value.read_overhead(s) for o, s in zip(operands, shapes) if o.stored)
 
-    def projection(self, operands: list[Operand], plan: Plan, itemsize: int) -> Projection:
+    def projection(
+        self, operands: list[Operand], plan: Plan, itemsize: int, ahead: int = 1
+    ) -> Projection:
         """What this call holds at once with ``plan``'s tiles, itemised (see
-        :meth:`~oocarr.engine.op.BlockParallelOp.buffers`)."""
+        :meth:`~oocarr.engine.op.BlockParallelOp.buffers`), reading ``ahead`` steps at once."""
         nominal = Nominal(self.op, plan)
         stored = [o.stored for o in operands]
         items = self.op.buffers(nominal.out_shape, nominal.in_shapes or [()], stored)
+        parallel = tuple(
+            Buffers(f"input {i} blocks read ahead in parallel", ahead - 1, math.prod(s) * itemsize)
+            for i, (o, s) in enumerate(zip(operands, nominal.in_shapes))
+            if o.stored and ahead > 1
+        )
         decoding = Buffers(
             "drivers' read buffers (encoded and decoding chunks)",
-            1,
+            ahead,
             self._read_overhead(operands, plan),
         )
         return Projection(
             self.op.name,
-            (*(Buffers(what, n, e * itemsize) for what, n, e in items), decoding),
+            (*(Buffers(what, n, e * itemsize) for what, n, e in items), *parallel, decoding),
         )
+
+    def read_ahead(self, operands: list[Operand], plan: Plan, itemsize: int) -> int:
+        """Steps read at once: more than one when each stored input's read of a step keeps
+        fewer threads busy than the machine has cores (a step of one compressed chunk) and
+        the extra blocks fit the budget (less its :func:`~oocarr.engine.plan.reserved` part).
+        A 1024³ uint16 zstd cube in 256³ chunks, summed a chunk a tile on 2 cores: 6.8 s
+        reading one step ahead (one core decoding), 3.8 s reading two."""
+        shapes = Nominal(self.op, plan).in_shapes
+        threads = [o.value.read_threads(s) for o, s in zip(operands, shapes) if o.stored]
+        if not threads or min(threads) < 1:
+            return 1
+        ahead = min(MAX_READ_AHEAD, max(1, _cores() // max(threads)))
+        budget = memory_budget_bytes()
+        budget -= reserved(budget)
+        while ahead > 1 and self.projection(operands, plan, itemsize, ahead).nbytes > budget:
+            ahead -= 1
+        return ahead
 
     def plan(self, operands: list[Operand], itemsize: int, share: int = 1) -> Plan:
         """Tiles for this call, from the budget (``1 / share`` of it), the residency, the
@@ -164,8 +198,9 @@ class OOCAlgorithm:
                 run = CustomRun(self, operands, itemsize)
                 return run.forward(out)
             plan, itemsize = self.forward_plan(operands)
-            self.counts.project(self.projection(operands, plan, itemsize).nbytes)
-            return self._forward_loop(operands, plan, out)
+            ahead = self.read_ahead(operands, plan, itemsize)
+            self.counts.project(self.projection(operands, plan, itemsize, ahead).nbytes)
+            return self._forward_loop(operands, plan, out, ahead)
         finally:
             record(self.site, self.counts)
 
@@ -180,7 +215,9 @@ class OOCAlgorithm:
             if previous is not None:
                 yield region, True, previous
 
-    def _forward_loop(self, operands: list[Operand], plan: Plan, out: Any) -> np.ndarray | None:
+    def _forward_loop(
+        self, operands: list[Operand], plan: Plan, out: Any, ahead: int = 1
+    ) -> np.ndarray | None:
         folder = TileFolder(self.op, plan, [o.value.dtype for o in operands])
 
         def read(step):
@@ -188,7 +225,7 @@ class OOCAlgorithm:
 
         acc = None
         with WriteBehind(self._write_tile, out) as writer:
-            for (region, last, _), blocks in prefetched(self._steps(plan), read):
+            for (region, last, _), blocks in prefetched(self._steps(plan), read, ahead):
                 acc = folder.fold(acc, blocks)
                 del blocks
                 if not last:

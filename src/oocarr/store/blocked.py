@@ -816,6 +816,22 @@ class BlockedArray(abc.ABC):
         """
         return 0
 
+    def read_threads(self, shape: Sequence[int]) -> int:
+        """Threads one read of a region of ``shape`` keeps busy, at most.
+
+        Streamers read the next blocks in parallel when one read cannot use the machine's
+        cores by itself (a block of one compressed chunk decodes in one thread).  The
+        default, 0, means the read is I/O-bound or parallel inside the driver, and one
+        block is read ahead at a time.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarr
+        >>> oocarr.from_numpy(np.zeros((4, 4))).store.read_threads((2, 4))
+        0
+        """
+        return 0
+
     def write_region(self, region: Sequence[slice] | None, value: Any) -> None:
         """Write ``value`` (exactly the region's shape, a safely castable dtype) at ``region``.
 

@@ -430,6 +430,12 @@ def test_console_script_inspect_and_error(h5file):
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
 
 
+def _interruptible() -> None:
+    """In the child: Ctrl-C's default action, even when the suite runs in the background
+    (``nohup``, ``cmd &``), whose children start with SIGINT ignored and so never see it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _wait_for(predicate, proc, what: str, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -462,6 +468,7 @@ def test_interrupted_convert_leaves_nothing_that_opens(slow_source, tmp_path, ds
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_interruptible,
     )
     if dst.endswith(".zarr"):
         chunks = tmp_path / "out.zarr" / "c"
@@ -495,6 +502,7 @@ def test_interrupted_overwrite_keeps_the_old_array(slow_source, tmp_path):
         + ["--compression", "gzip:9", "--chunks", "256,256"],
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_interruptible,
     )
     hidden = lambda: [p for p in tmp_path.iterdir() if p.name.startswith(".old.zarr.tmp-")]  # noqa: E731
     _wait_for(lambda: hidden() and (hidden()[0] / "c").is_dir(), proc, "the new copy's chunks")

@@ -226,14 +226,26 @@ LONG_SUM = """
 """
 
 
+# a child that hangs prints where each of its threads is and exits, instead of outliving the test
+WATCHDOG = "import faulthandler; faulthandler.dump_traceback_later(40, exit=True)\n"
+
+
 @pytest.mark.parametrize("script", ["slow-op", "long-sum"])
 def test_ctrl_c_during_a_jitted_call_is_keyboard_interrupt(tmp_path, script):
-    proc = _python(SLOW if script == "slow-op" else LONG_SUM.format(tmp=str(tmp_path)))
-    assert proc.stdout.readline().strip() == "started"
-    time.sleep(0.2 if script == "slow-op" else 1.5)
-    start = time.monotonic()
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=30)
+    code = SLOW if script == "slow-op" else LONG_SUM.format(tmp=str(tmp_path))
+    # its own scratch directory: a killed child's files are not the session's leftovers
+    env = {**os.environ, "OOCARR_SCRATCH_DIR": str(tmp_path / "scratch")}
+    proc = _python(WATCHDOG + textwrap.dedent(code), env=env)
+    try:
+        assert proc.stdout.readline().strip() == "started"
+        time.sleep(0.2 if script == "slow-op" else 1.5)
+        start = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     assert time.monotonic() - start < 20  # not after the 60 s sleep
     assert out.strip() == "KeyboardInterrupt", (out, err)
     assert proc.returncode == 3

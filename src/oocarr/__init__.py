@@ -23,6 +23,7 @@ from . import _moved, errors, optim
 from .api import create, from_numpy, open, resolve, save, to_numpy
 from .config import config, memory_budget, set_memory_budget
 from .engine import runtime
+from .engine.executor import current_executor, executor, set_executor
 from .engine.stats import io_stats
 from .functions import (
     abs,
@@ -99,6 +100,9 @@ __all__ = [
     "config",
     "io_stats",
     "memory_budget",
+    "executor",
+    "set_executor",
+    "current_executor",
     "scratch_dir",
     "set_memory_budget",
     "set_scratch_dir",

@@ -26,6 +26,7 @@ __all__ = [
     "MissingDependencyError",
     "StorageBusyError",
     "WriteError",
+    "ExecutorError",
 ]
 
 
@@ -51,6 +52,10 @@ class OocarrError(Exception):
     def __init__(self, message: str, *, url: str | None = None) -> None:
         super().__init__(message)
         self.url = url
+
+    def __reduce__(self):
+        # raised on a cluster's worker and sent back: the class, the message and the URL
+        return (type(self), self.args, {"url": self.url})
 
 
 class NotFoundError(OocarrError, FileNotFoundError):
@@ -107,6 +112,11 @@ class MissingDependencyError(OocarrError, ImportError):
 
 class StorageBusyError(OocarrError, BlockingIOError):
     """The storage is locked by another process (e.g. an HDF5 file open for writing there)."""
+
+
+class ExecutorError(OocarrError, RuntimeError):
+    """The cluster running a plan failed it: the scheduler is gone, the computation was
+    cancelled, or every worker that ran a task died.  Nothing was committed."""
 
 
 class WriteError(OocarrError, OSError):

@@ -21,6 +21,7 @@ from oocarr.store.blocked import BlockedArray
 
 from .budget import memory_budget_bytes
 from .compile import block_functions, cached
+from .executor import DaskExecutor, current_executor
 from .io import Operand, WriteBehind, prefetched
 from .op import BlockParallelOp, CustomOp, Plan, Region
 from .plan import (
@@ -198,11 +199,34 @@ class OOCAlgorithm:
                 run = CustomRun(self, operands, itemsize)
                 return run.forward(out)
             plan, itemsize = self.forward_plan(operands)
+            cluster = current_executor()
+            if cluster is not None:
+                return self._forward_on(cluster, operands, plan, itemsize, out)
             ahead = self.read_ahead(operands, plan, itemsize)
             self.counts.project(self.projection(operands, plan, itemsize, ahead).nbytes)
             return self._forward_loop(operands, plan, out, ahead)
         finally:
             record(self.site, self.counts)
+
+    def _forward_on(
+        self, cluster: DaskExecutor, operands: list[Operand], plan: Plan, itemsize: int, out: Any
+    ) -> np.ndarray | None:
+        """The forward pass as tile tasks on ``cluster``: checked against the workers' memory
+        per task and reach before any runs, tiles written here in task order as they come
+        (the same bytes as :meth:`_forward_loop`)."""
+        projected = self.projection(operands, plan, itemsize).nbytes
+        self.counts.project(projected)
+        tasks = self.tasks(operands, plan).tasks
+        if tasks:
+            cluster.check_reachable(tasks[0].inputs, self.site)
+        cluster.check_fits(projected, self.site)
+        with WriteBehind(self._write_tile, out) as writer:
+            for task, tile in zip(tasks, cluster.map(tasks, self.counts)):
+                self.counts.tiles += 1
+                if out is None:
+                    return tile
+                writer.submit(task.region, tile)
+        return out if isinstance(out, np.ndarray) else None
 
     def _steps(self, plan: Plan) -> Iterator[tuple[Region, bool, tuple[Region, ...]]]:
         """Every step in order: its output tile, whether it ends the tile, its input regions."""
@@ -238,11 +262,12 @@ class OOCAlgorithm:
                 writer.submit(region, tile)
         return out if isinstance(out, np.ndarray) else None
 
-    def tasks(self, operands: list[Operand]) -> TilePlan:
+    def tasks(self, operands: list[Operand], plan: Plan | None = None) -> TilePlan:
         """This call's forward pass as independent tile tasks (see :mod:`oocarr.engine.tasks`),
         planned as :meth:`forward` plans it: running them and writing each result at its
         region, in order, gives the bytes :meth:`forward` writes."""
-        plan, _ = self.forward_plan(operands)
+        if plan is None:
+            plan, _ = self.forward_plan(operands)
         inputs = tuple(o.value.locator if o.stored else np.asarray(o.value) for o in operands)
         dtypes = tuple(np.dtype(o.value.dtype) for o in operands)
         tasks = tuple(
@@ -293,7 +318,19 @@ class OOCAlgorithm:
                 else 1
             )
             plan = self.plan([*operands, g_operand], itemsize, share)
-            self.counts.project(self.projection([*operands, g_operand], plan, itemsize).nbytes)
+            projected = self.projection([*operands, g_operand], plan, itemsize).nbytes
+            self.counts.project(projected)
+            cluster = current_executor()
+            if cluster is not None:
+                tasks = self.backward_tasks(operands, g_operand, wanted, out, plan).tasks
+                if tasks:
+                    cluster.check_reachable((*tasks[0].inputs, *tasks[0].tiles), self.site)
+                cluster.check_fits(projected, self.site)
+                for result in cluster.map(tasks, self.counts):
+                    for i, region, grad in result:
+                        _accumulate(targets[i], region, grad, self.counts)
+                self.counts.tiles += len(tasks)
+                return
             self._backward_loop(operands, g_operand, targets, out, plan, wanted)
         finally:
             record(self.site + " (backward)", self.counts)
@@ -335,17 +372,19 @@ class OOCAlgorithm:
         g: Operand,
         wanted: tuple[bool, ...],
         out: Operand | None = None,
+        plan: Plan | None = None,
     ) -> BackwardPlan:
         """This call's backward pass as independent step tasks (see :mod:`oocarr.engine.tasks`),
         planned as :meth:`backward` plans it: adding each task's gradients into the targets,
         in task order, gives the bytes :meth:`backward` writes."""
-        itemsize = max([o.value.dtype.itemsize for o in operands] + [4])
-        share = (
-            2
-            if self.op.whole_budget and any(w and o.stored for w, o in zip(wanted, operands))
-            else 1
-        )
-        plan = self.plan([*operands, g], itemsize, share)
+        if plan is None:
+            itemsize = max([o.value.dtype.itemsize for o in operands] + [4])
+            share = (
+                2
+                if self.op.whole_budget and any(w and o.stored for w, o in zip(wanted, operands))
+                else 1
+            )
+            plan = self.plan([*operands, g], itemsize, share)
 
         def ref(o: Operand) -> Any:
             return o.value.locator if o.stored else np.asarray(o.value)

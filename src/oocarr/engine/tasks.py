@@ -25,6 +25,7 @@ from oocarr.store.registry import get_driver
 
 from .io import Operand
 from .op import BlockParallelOp, Plan, Region
+from .stats import IOCounts
 from .tiles import StepGradient, TileFolder
 
 __all__ = ["BackwardPlan", "BackwardTask", "TilePlan", "TileTask"]
@@ -58,8 +59,9 @@ class TileTask:
     steps: tuple[tuple[Region, ...], ...]
     plan: Plan
 
-    def run(self) -> np.ndarray:
-        """Compute this tile: open the stored inputs by locator, fold every step, finish.
+    def run(self, counts: IOCounts | None = None) -> np.ndarray:
+        """Compute this tile: open the stored inputs by locator, fold every step, finish
+        (reads counted into ``counts`` when given).
 
         Examples
         --------
@@ -76,7 +78,9 @@ class TileTask:
             for i in self.inputs
         ]
         try:
-            operands = [Operand(s if s is not None else i) for s, i in zip(stores, self.inputs)]
+            operands = [
+                Operand(s if s is not None else i, counts) for s, i in zip(stores, self.inputs)
+            ]
             folder = TileFolder(self.op, self.plan, self.dtypes)
             acc = None
             for regions in self.steps:
@@ -118,13 +122,15 @@ class BackwardTask:
     wanted: tuple[bool, ...]
     plan: Plan
 
-    def run(self) -> list[tuple[int, Region, np.ndarray]]:
-        """``(input index, region, gradient)`` of each wanted input, in input order."""
+    def run(self, counts: IOCounts | None = None) -> list[tuple[int, Region, np.ndarray]]:
+        """``(input index, region, gradient)`` of each wanted input, in input order (reads
+        counted into ``counts`` when given)."""
         inputs, tiles = _open_all(self.inputs), _open_all(self.tiles)
         try:
-            blocks = [Operand(v).read(r) for v, r in zip(inputs, self.in_regions)]
+            blocks = [Operand(v, counts).read(r) for v, r in zip(inputs, self.in_regions)]
             tile_blocks = [
-                Operand(v).read(self.region if n else ()) for v, n in zip(tiles, self.tile_ndims)
+                Operand(v, counts).read(self.region if n else ())
+                for v, n in zip(tiles, self.tile_ndims)
             ]
             gradient = StepGradient(
                 self.op, self.plan, self.wanted, self.dtypes, self.tile_dtypes, self.tile_ndims

@@ -29,6 +29,7 @@ from jax.experimental.hijax import ShapedArray, VJPHiPrimitive, Zero
 
 from oocarr.engine.budget import memory_budget_bytes
 from oocarr.engine.compile import BlockFunction
+from oocarr.engine.executor import DaskExecutor, current_executor
 from oocarr.engine.io import Operand, prefetched
 from oocarr.engine.plan import (
     STREAM_SUM_TILES,
@@ -227,6 +228,12 @@ def _stream(
     k = len(spec.leaf_avals)
     leaves, dynamic = values[:k], iter(values[k:])
     counts = IOCounts(calls=1)
+    cluster = current_executor()
+    if cluster is not None:
+        try:
+            return _stream_on(cluster, spec, site, wanted, values, counts)
+        finally:
+            record(site, counts)
     stores, operands = [], []
     try:
         for src in spec.sources:
@@ -241,6 +248,26 @@ def _stream(
         record(site, counts)
         for store in stores:
             store.close()
+
+
+def _stream_on(
+    cluster: DaskExecutor,
+    spec: _Spec,
+    site: str,
+    wanted: tuple[bool, ...] | None,
+    values: Sequence[Any],
+    counts: IOCounts,
+) -> tuple[np.ndarray, ...]:
+    """:func:`_stream` as row tasks on ``cluster``, their partials folded here in row order
+    (the same bits as the local loop)."""
+    plan = _row_plan(spec, wanted, values)
+    counts.project(plan.projected)
+    if plan.tasks:
+        cluster.check_reachable(plan.tasks[0].inputs, site)
+    cluster.check_fits(plan.projected, site)
+    partials = cluster.map(plan.tasks, counts)
+    counts.tiles += len(plan.tasks)
+    return plan.combine(partials)
 
 
 def _loop(
@@ -282,6 +309,7 @@ def _row_plan(spec: _Spec, wanted: tuple[bool, ...] | None, values: Sequence[Any
                 inputs.append(src.locator)
                 operands.append(Operand(stores[-1]))
         tile = _tile_rows(spec, operands)
+        projected = _projection(_row_bytes(spec), tile, _read_overhead(operands, tile)).nbytes
     finally:
         for store in stores:
             store.close()
@@ -290,7 +318,7 @@ def _row_plan(spec: _Spec, wanted: tuple[bool, ...] | None, values: Sequence[Any
         stop = min(start + tile, spec.rows)
         rows = tuple(i if isinstance(i, Locator) else i[start:stop] for i in inputs)
         tasks.append(RowTask(spec, wanted, leaves, rows, start, stop, tile))
-    return RowPlan(tuple(tasks), spec, wanted)
+    return RowPlan(tuple(tasks), spec, wanted, projected)
 
 
 # ----------------------------------------------------------------------------

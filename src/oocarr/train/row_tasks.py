@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from oocarr.engine.io import Operand
+from oocarr.engine.stats import IOCounts
 from oocarr.jaxlayer.callbacks import open_store
 from oocarr.store.locator import Locator
 
@@ -123,8 +124,9 @@ class RowTask:
     stop: int
     tile: int
 
-    def run(self) -> Partial:
-        """Read this tile's rows (reopening stored arrays by locator) and compute its partial."""
+    def run(self, counts: IOCounts | None = None) -> Partial:
+        """Read this tile's rows (reopening stored arrays by locator) and compute its partial
+        (reads counted into ``counts`` when given)."""
         stores = [open_store(i) if isinstance(i, Locator) else None for i in self.inputs]
         try:
             blocks = []
@@ -133,7 +135,7 @@ class RowTask:
                     blocks.append(value)
                     continue
                 rows = (slice(self.start, self.stop), *(slice(0, d) for d in store.shape[1:]))
-                blocks.append(Operand(store).read(rows))
+                blocks.append(Operand(store, counts).read(rows))
             return tile_partial(self.spec, self.wanted, self.leaves, blocks, self.tile)
         finally:
             for store in stores:
@@ -149,6 +151,8 @@ class RowPlan:
     tasks: tuple[RowTask, ...]
     spec: Any
     wanted: tuple[bool, ...] | None
+    #: The resident bytes one task is planned to hold (its rows, reads and compute).
+    projected: int = 0
 
     def __iter__(self) -> Iterator[RowTask]:
         return iter(self.tasks)

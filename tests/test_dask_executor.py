@@ -1,0 +1,221 @@
+"""Plans run on a Dask distributed cluster (a 2-worker LocalCluster on 127.0.0.1): the same
+bits as the local run, errors with their own class, a budget the workers cannot hold refused
+before anything runs, a worker killed mid-op survived."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import oocarr
+from oocarr.engine import OOCAlgorithm, Operand
+from oocarr.errors import BudgetTooSmallError, ExecutorError, InvalidArgumentError
+from oocarr.ops.reductions import Sum
+
+distributed = pytest.importorskip("distributed")
+
+BUDGET = 256 * 1024  # several tiles per call, so every call is several tasks
+
+
+@pytest.fixture(scope="module")
+def client():
+    with (
+        distributed.LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=None,
+            memory_limit="2GiB",
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        yield client
+
+
+def _bits(a) -> bytes:
+    a = np.ascontiguousarray(np.asarray(a))
+    return a.dtype.str.encode() + str(a.shape).encode() + a.tobytes()
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("dist")
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((3000, 40)).astype("f4")
+    y = rng.standard_normal(3000).astype("f4")
+    arrays = {
+        "zarr": oocarr.save(a, str(root / "a.zarr"), chunks=(256, 40), compression="zstd"),
+        "zarr2": oocarr.save(a, str(root / "a2.zarr"), chunks=(256, 40), zarr_format=2),
+        "sharded": oocarr.save(
+            a, str(root / "s.zarr"), chunks=(128, 40), shards=(512, 40), compression="zstd"
+        ),
+        "hdf5": oocarr.save(a, str(root / "a.h5") + "#/a", chunks=(256, 40)),
+        "npy": oocarr.save(a, str(root / "a.npy")),
+    }
+    return a, y, arrays, oocarr.save(y, str(root / "y.zarr"), chunks=(256,))
+
+
+FORMATS = ["zarr", "zarr2", "sharded", "hdf5", "npy"]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_reductions_on_the_cluster_give_the_local_bits(client, data, fmt):
+    a, _, arrays, _ = data
+    x = arrays[fmt]
+    with oocarr.memory_budget(BUDGET):
+        local = [oocarr.to_numpy(oocarr.sum(x, axis=0)), np.asarray(oocarr.max(x))]
+        with (
+            oocarr.executor(client),
+            oocarr.io_stats() as stats,
+            distributed.get_task_stream(client) as ran,
+        ):
+            remote = [oocarr.to_numpy(oocarr.sum(x, axis=0)), np.asarray(oocarr.max(x))]
+    assert len(ran.data) >= 2
+    assert [_bits(r) for r in remote] == [_bits(v) for v in local]
+    np.testing.assert_allclose(remote[0], a.sum(axis=0), rtol=1e-5, atol=1e-4)
+    assert remote[1] == a.max()
+    assert stats.total.bytes_read >= a.nbytes  # what the workers read is counted here
+
+
+@pytest.mark.parametrize("fmt", ["zarr", "hdf5"])
+def test_elementwise_outputs_on_the_cluster_give_the_local_bits(client, data, fmt):
+    a, _, arrays, _ = data
+    x = arrays[fmt]
+    with oocarr.memory_budget(BUDGET):
+        local = oocarr.to_numpy(oocarr.exp(x * 0.5) + 1.0)
+        with oocarr.executor(client):
+            remote = oocarr.to_numpy(oocarr.exp(x * 0.5) + 1.0)
+    assert _bits(remote) == _bits(local)
+    np.testing.assert_allclose(remote, np.exp(a * 0.5) + 1.0, rtol=1e-6)
+
+
+def test_jitted_stream_sum_gradient_on_the_cluster_gives_the_local_bits(client, data):
+    a, y, arrays, ys = data
+
+    def loss(w, x, y):
+        return (x @ w - y) ** 2
+
+    mse = oocarr.stream_sum(loss, mean=True)
+    step = jax.jit(jax.value_and_grad(mse))
+    w = jnp.linspace(-1.0, 1.0, 40, dtype=jnp.float32)
+    with oocarr.memory_budget(BUDGET):
+        local = step(w, arrays["hdf5"], ys)
+        with oocarr.executor(client), distributed.get_task_stream(client) as ran:
+            remote = step(w, arrays["hdf5"], ys)
+    assert len(ran.data) > 1
+    assert _bits(remote[0]) == _bits(local[0])
+    assert _bits(remote[1]) == _bits(local[1])
+    value, grad = jax.value_and_grad(lambda w: jnp.mean((a @ w - y) ** 2))(w)
+    np.testing.assert_allclose(remote[0], value, rtol=1e-5)
+    np.testing.assert_allclose(remote[1], grad, rtol=1e-4, atol=1e-5)
+
+
+def test_a_worker_killed_mid_op_leaves_the_local_bits(client, data):
+    a, _, arrays, _ = data
+    x = arrays["zarr"]
+    with oocarr.memory_budget(BUDGET):
+        plan = OOCAlgorithm(Sum(x.shape, axis=1)).tasks([Operand(x.store)])
+        local = plan.combine((t.run() for t in plan), np.dtype("f4"))
+    assert len(plan.tasks) > 4
+    victim = min(client.run(os.getpid).values())
+    results = []
+    executor = oocarr.engine.executor.DaskExecutor(client)
+    for i, tile in enumerate(executor.map(plan.tasks)):
+        results.append(tile)
+        if i == 0:
+            os.kill(victim, signal.SIGKILL)  # its queued tasks go to the other worker
+    remote = plan.combine(iter(results), np.dtype("f4"))
+    assert _bits(remote) == _bits(local)
+    client.wait_for_workers(2, timeout=60)
+
+
+def test_a_budget_the_workers_cannot_hold_is_refused_before_any_task(data, tmp_path):
+    _, _, arrays, _ = data
+    with (
+        distributed.LocalCluster(
+            n_workers=1,
+            threads_per_worker=2,
+            processes=False,  # in-process transport: no port opened
+            dashboard_address=None,
+            memory_limit="1MiB",  # 512 KiB a task: less than one tile of this array
+        ) as cluster,
+        distributed.Client(cluster) as small,
+    ):
+        with oocarr.memory_budget("256MiB"), oocarr.executor(small):
+            with pytest.raises(BudgetTooSmallError, match="memory_limit / nthreads"):
+                oocarr.sum(arrays["zarr"], axis=0)
+        assert small.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks)) == 0
+
+
+def test_errors_in_tasks_keep_their_class(client, tmp_path):
+    url = str(tmp_path / "bad.zarr")
+    x = oocarr.save(np.ones((512, 8), "f4"), url, chunks=(128, 8), compression="zstd")
+    chunk = next(
+        os.path.join(d, f) for d, _, fs in os.walk(url) for f in fs if not f.endswith(".json")
+    )
+    with open(chunk, "wb") as f:
+        f.write(b"not zstd at all")
+    with oocarr.memory_budget(BUDGET):
+        with pytest.raises(oocarr.errors.OocarrError) as here:
+            oocarr.sum(x)
+        with oocarr.executor(client), pytest.raises(oocarr.errors.OocarrError) as there:
+            oocarr.sum(x)
+    assert type(there.value) is type(here.value)
+    assert chunk.split(os.sep)[-1] in str(there.value) or url in str(there.value)
+
+
+def test_arrays_the_workers_cannot_reach_are_refused(client):
+    x = oocarr.save(np.ones((64, 4), "f4"), "memory://oocarr-dist/x.zarr")
+    with oocarr.executor(client), pytest.raises(InvalidArgumentError, match="memory://"):
+        oocarr.sum(x)
+
+
+def test_set_executor_and_bad_arguments(client):
+    oocarr.set_executor(client)
+    try:
+        assert oocarr.current_executor().client is client
+        with oocarr.executor(None):
+            assert oocarr.current_executor() is None
+    finally:
+        oocarr.set_executor(None)
+    assert oocarr.current_executor() is None
+    with pytest.raises(InvalidArgumentError, match="distributed.Client"):
+        with oocarr.executor(42):
+            pass
+
+
+def test_a_closed_client_is_a_clear_error(data):
+    _, _, arrays, _ = data
+    with distributed.LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster:
+        gone = distributed.Client(cluster)
+    gone.close()
+    with oocarr.memory_budget(BUDGET), oocarr.executor(gone):
+        with pytest.raises(ExecutorError):
+            oocarr.sum(arrays["zarr"], axis=0)
+
+
+@pytest.mark.parametrize("fmt", ["zarr", "hdf5"])
+def test_matmul_and_op_gradients_on_the_cluster_give_the_local_bits(client, data, fmt):
+    a, _, arrays, _ = data
+    x = arrays[fmt]
+    b = np.random.default_rng(3).standard_normal((40, 24)).astype("f4")
+    w = jnp.linspace(0.5, 1.5, 40, dtype=jnp.float32)
+
+    def loss(w):
+        return oocarr.sum(oocarr.square(x * w))
+
+    with oocarr.memory_budget(BUDGET):
+        local = [oocarr.to_numpy(oocarr.matmul(x, b)), jax.jit(jax.grad(loss))(w)]
+        with oocarr.executor(client), distributed.get_task_stream(client) as ran:
+            remote = [oocarr.to_numpy(oocarr.matmul(x, b)), jax.jit(jax.grad(loss))(w)]
+    assert [_bits(r) for r in remote] == [_bits(v) for v in local]
+    assert len(ran.data) > 4  # matmul's tiles, the forward's and the backward's ran there
+    np.testing.assert_allclose(remote[0], a @ b, rtol=1e-4, atol=1e-4)
+    expected = jax.grad(lambda w: jnp.sum(jnp.square(jnp.asarray(a) * w)))(w)
+    np.testing.assert_allclose(remote[1], expected, rtol=1e-4)

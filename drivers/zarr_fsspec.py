@@ -85,7 +85,7 @@ from oocarr_drivers.zarr_meta import (
 )
 from oocarr_drivers.zarr_shards import EMPTY, ShardLayout, coalesce
 
-__all__ = ["ZarrArray"]
+__all__ = ["PendingChunks", "ZarrArray"]
 
 META_KEY = "zarr.json"
 #: Metadata documents of either format that make a prefix an array.
@@ -492,6 +492,36 @@ def _batches(indices: Iterator[tuple[int, ...]], chunk_nbytes: int) -> Iterator[
     size = max(1, min(BATCH_KEYS, BATCH_BYTES // max(1, chunk_nbytes)))
     while batch := list(itertools.islice(indices, size)):
         yield batch
+
+
+class PendingChunks:
+    """Where a pending Zarr array's chunks go, for writers in other processes: the locator,
+    the metadata the creator chose, and the (maybe hidden) prefix the chunks are written
+    under until the creator commits."""
+
+    def __init__(
+        self, locator: Locator, meta: ArrayMeta, base: str, prefix: str, data_prefix: str
+    ) -> None:
+        self.locator = locator
+        self.meta = meta
+        self.base = base
+        self.prefix = prefix
+        self.data_prefix = data_prefix
+
+    def __repr__(self) -> str:
+        return f"PendingChunks({self.locator.full_url!r})"
+
+    def open(self) -> ZarrArray:
+        """A writable array whose chunk writes land in the pending data (closing it commits
+        nothing: the creator does)."""
+        return ZarrArray(
+            self.locator,
+            self.meta,
+            mode="r+",
+            base=self.base,
+            prefix=self.prefix,
+            data_prefix=self.data_prefix,
+        )
 
 
 class ZarrArray(BlockedArray):
@@ -1357,6 +1387,16 @@ class ZarrArray(BlockedArray):
             except BaseException:
                 self._meta.dimension_names = old
                 raise
+
+    def parallel_writer(self) -> PendingChunks | None:
+        """Other processes write this pending array's chunks (or shards) through the returned
+        handle, each one whole and atomically as here; the metadata is written by
+        :meth:`commit`, here, last.  ``None`` for ``memory://`` (this process's only) and for
+        archives (one writer)."""
+        fs = self._fs()
+        if not self._pending or fs.protocol in ("memory", ("memory",)) or _read_only_fs(fs):
+            return None
+        return PendingChunks(self._locator, self._meta, self._base, self._prefix, self._data_prefix)
 
     @property
     def write_chunks(self) -> tuple[int, ...] | None:

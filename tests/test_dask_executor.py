@@ -4,7 +4,9 @@ before anything runs, a worker killed mid-op survived."""
 
 from __future__ import annotations
 
+import json
 import os
+import pathlib
 import signal
 
 import jax
@@ -219,3 +221,148 @@ def test_matmul_and_op_gradients_on_the_cluster_give_the_local_bits(client, data
     np.testing.assert_allclose(remote[0], a @ b, rtol=1e-4, atol=1e-4)
     expected = jax.grad(lambda w: jnp.sum(jnp.square(jnp.asarray(a) * w)))(w)
     np.testing.assert_allclose(remote[1], expected, rtol=1e-4)
+
+
+def _chunk_bytes(root) -> dict[str, bytes]:
+    """Every stored file of a Zarr array but its metadata, by relative path."""
+    root = pathlib.Path(root)
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not p.name.startswith((".z", "zarr.json"))
+    }
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        {"compression": "zstd"},
+        {"zarr_format": 2, "compression": "blosc"},
+        {"compression": "zstd", "shards": (512, 40)},
+    ],
+    ids=["v3-zstd", "v2-blosc", "sharded"],
+)
+def test_save_on_the_cluster_writes_the_local_chunks(client, data, tmp_path, layout):
+    a, _, arrays, _ = data
+    with oocarr.memory_budget(BUDGET):
+        oocarr.save(arrays["hdf5"], str(tmp_path / "local.zarr"), chunks=(128, 40), **layout)
+        with (
+            oocarr.executor(client),
+            oocarr.io_stats() as stats,
+            distributed.get_task_stream(client) as ran,
+        ):
+            oocarr.save(arrays["hdf5"], str(tmp_path / "remote.zarr"), chunks=(128, 40), **layout)
+    assert len({t["worker"] for t in ran.data}) == 2  # written by both workers
+    assert _chunk_bytes(tmp_path / "remote.zarr") == _chunk_bytes(tmp_path / "local.zarr")
+    zarr = pytest.importorskip("zarr")
+    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "remote.zarr"), mode="r")[:], a)
+    assert stats.total.bytes_written == a.nbytes and stats.total.bytes_read == a.nbytes
+    assert 0 < stats.total.peak_task_bytes < 2 * 2**30  # measured on the workers
+
+
+def test_save_to_one_writer_storage_runs_here_and_says_so(client, data, tmp_path):
+    a, _, arrays, _ = data
+    with oocarr.executor(client), pytest.warns(UserWarning, match="takes one writer"):
+        out = oocarr.save(arrays["zarr"], str(tmp_path / "out.h5") + "#/x")
+    np.testing.assert_array_equal(oocarr.to_numpy(out), a)
+
+
+def test_a_worker_killed_mid_copy_leaves_the_local_chunks(client, data, tmp_path):
+    _, _, arrays, _ = data
+    with oocarr.memory_budget(BUDGET):
+        oocarr.save(
+            arrays["npy"], str(tmp_path / "local.zarr"), chunks=(64, 40), compression="zstd"
+        )
+    victim = min(client.run(os.getpid).values())
+    killed = []
+
+    def advance(nbytes):
+        if not killed:
+            killed.append(nbytes)
+            os.kill(victim, signal.SIGKILL)  # its queued and running tasks go to the other
+
+    cls, locator = oocarr.resolve(str(tmp_path / "remote.zarr"))
+    src = arrays["npy"].store
+    with oocarr.memory_budget(BUDGET), oocarr.executor(client):
+        with cls.create(locator, src.shape, src.dtype, chunks=(64, 40), compression="zstd") as dst:
+            oocarr.api.copy_tiles(src, dst, advance=advance)
+    assert killed
+    assert _chunk_bytes(tmp_path / "remote.zarr") == _chunk_bytes(tmp_path / "local.zarr")
+    client.wait_for_workers(2, timeout=60)
+
+
+def test_cli_convert_and_stats_with_executor(client, data, tmp_path):
+    from click.testing import CliRunner
+
+    from oocarr.cli.main import main
+
+    a, _, arrays, _ = data
+    src = arrays["zarr"].url
+    address = client.scheduler.address
+    runner = CliRunner()
+    local = runner.invoke(main, ["-m", "1MB", "convert", src, str(tmp_path / "l.zarr")])
+    remote = runner.invoke(
+        main, ["-m", "1MB", "-x", address, "convert", src, str(tmp_path / "r.zarr")]
+    )
+    assert local.exit_code == 0 and remote.exit_code == 0, remote.output
+    assert _chunk_bytes(tmp_path / "r.zarr") == _chunk_bytes(tmp_path / "l.zarr")
+    stats = [
+        runner.invoke(main, [*opts, "inspect", "--stats", "--json", src])
+        for opts in (["-m", "1MB"], ["-m", "1MB", "--executor", address])
+    ]
+    assert stats[0].exit_code == 0 and stats[1].exit_code == 0, stats[1].output
+    assert json.loads(stats[1].output)["stats"] == json.loads(stats[0].output)["stats"]
+    np.testing.assert_allclose(json.loads(stats[1].output)["stats"]["mean"], a.mean(), rtol=1e-5)
+    note = runner.invoke(main, ["-x", address, "convert", src, str(tmp_path / "o.h5") + "#/x"])
+    assert note.exit_code == 0 and "note:" in note.output and "one writer" in note.output
+
+
+def test_cli_executor_that_is_not_there_is_a_clear_error(tmp_path, monkeypatch, data):
+    from click.testing import CliRunner
+
+    from oocarr.cli.main import main
+
+    monkeypatch.setenv("DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT", "1s")
+    import dask
+
+    dask.config.refresh()
+    try:
+        result = CliRunner().invoke(
+            main, ["-x", "tcp://127.0.0.1:9", "inspect", "--stats", data[2]["npy"].url]
+        )
+    finally:
+        monkeypatch.undo()
+        dask.config.refresh()
+    assert result.exit_code == 2, result.output
+    assert "cannot connect to a Dask scheduler at 'tcp://127.0.0.1:9'" in result.output
+
+
+def test_zarr_in_s3_on_the_cluster_gives_the_local_bits(client, data, s3_server):
+    """Sources and destinations in an object store (moto's S3 on 127.0.0.1): every task
+    reopens them by locator, storage options included."""
+    import s3fs
+
+    a, _, arrays, _ = data
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, **s3_server)
+    base = "s3://oocarr-test/dist"
+    opts = {"storage_options": s3_server}
+    with oocarr.memory_budget(BUDGET):
+        x = oocarr.save(
+            arrays["npy"], f"{base}/x.zarr", chunks=(256, 40), compression="zstd", **opts
+        )
+        local = [oocarr.to_numpy(oocarr.sum(x, axis=0)), oocarr.to_numpy(x * 2.0)]
+        oocarr.save(x, f"{base}/local.zarr", chunks=(128, 40), shards=(512, 40), **opts)
+        with oocarr.executor(client), distributed.get_task_stream(client) as ran:
+            remote = [oocarr.to_numpy(oocarr.sum(x, axis=0)), oocarr.to_numpy(x * 2.0)]
+            oocarr.save(x, f"{base}/remote.zarr", chunks=(128, 40), shards=(512, 40), **opts)
+    assert len(ran.data) > 4
+    assert [_bits(r) for r in remote] == [_bits(v) for v in local]
+    np.testing.assert_array_equal(remote[1], a * 2.0)
+    keys = sorted(k.rsplit("/c/", 1)[1] for k in fs.find(f"{base}/local.zarr") if "/c/" in k)
+    assert keys and keys == sorted(
+        k.rsplit("/c/", 1)[1] for k in fs.find(f"{base}/remote.zarr") if "/c/" in k
+    )
+    for key in keys:
+        assert fs.cat(f"{base}/remote.zarr/c/{key}") == fs.cat(f"{base}/local.zarr/c/{key}")
+    got = oocarr.to_numpy(oocarr.open(f"{base}/remote.zarr", **opts))
+    np.testing.assert_array_equal(got, a)

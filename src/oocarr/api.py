@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -10,6 +11,8 @@ import numpy as np
 
 from oocarr.engine import plan
 from oocarr.engine.budget import available_memory, memory_budget_bytes
+from oocarr.engine.copy_tasks import copy_on
+from oocarr.engine.executor import current_executor
 from oocarr.engine.io import stream_copy, stream_read
 from oocarr.engine.stats import IOCounts, call_site, record
 from oocarr.errors import BudgetTooSmallError
@@ -31,6 +34,7 @@ __all__ = [
     "to_numpy",
     "tile_plan",
     "copy_tiles",
+    "tile_projection",
     "read_tiles",
 ]
 
@@ -362,6 +366,29 @@ def tile_plan(
     return _tile_plan(store, purpose, chunks, remedy, most)[0]
 
 
+def tile_projection(
+    store: BlockedArray,
+    purpose: str,
+    *chunks: Sequence[int] | None,
+    remedy: str = "with oocarr.set_memory_budget",
+    most: int | None = None,
+) -> tuple[tuple[int, ...], int]:
+    """:func:`tile_plan`'s tile and the bytes the memory model projects a pass in it holds
+    (what one task of the pass holds on a cluster's worker).
+
+    Examples
+    --------
+    >>> import numpy as np, oocarr
+    >>> store = oocarr.from_numpy(np.zeros((1000, 100), "f4")).store
+    >>> with oocarr.memory_budget("700KB"):
+    ...     tile, nbytes = tile_projection(store, "copy")
+    >>> tile, nbytes <= 700_000
+    ((250, 100), True)
+    """
+    tile, projection = _tile_plan(store, purpose, chunks, remedy, most)
+    return tile, projection.nbytes
+
+
 def read_tiles(
     store: BlockedArray, tile: Sequence[int]
 ) -> Iterator[tuple[tuple[slice, ...], np.ndarray]]:
@@ -409,16 +436,44 @@ def copy_tiles(
     array([0., 1., 2., 3., 4.])
     """
     src_chunks = src.chunks if isinstance(src, BlockedArray) else None
-    tile, projection = _tile_plan(dst, "copy", [src_chunks, dst.write_chunks], remedy, tile_bytes)
+    on_cluster = _copies_on_cluster(src, dst)
+    # whole chunks of both sides when a tile of them fits, else whole chunks of the first:
+    # the source's here (each read once), the destination's write units on a cluster (each
+    # chunk or shard has one writer, with no read-modify-write across processes)
+    chunks = [dst.write_chunks, src_chunks] if on_cluster else [src_chunks, dst.write_chunks]
+    tile, projection = _tile_plan(dst, "copy", chunks, remedy, tile_bytes)
     counts = IOCounts(calls=1)
     counts.project(projection.nbytes)
     tiled = dst.with_pages(tile)
-    source = src.with_pages(tile) if isinstance(src, BlockedArray) else np.asarray(src)
     regions = (tiled.block_region(i) for i in tiled.block_grid())
+    site = call_site("copy")
     try:
-        stream_copy(source, tiled, regions, counts, advance)
+        if on_cluster:
+            cluster, nbytes = current_executor(), projection.nbytes
+            copy_on(cluster, src, dst, list(regions), nbytes, counts, advance, site)
+        else:
+            source = src.with_pages(tile) if isinstance(src, BlockedArray) else np.asarray(src)
+            stream_copy(source, tiled, regions, counts, advance)
     finally:
-        record(call_site("copy"), counts)
+        record(site, counts)
+
+
+def _copies_on_cluster(src: BlockedArray | np.ndarray, dst: BlockedArray) -> bool:
+    """Whether a copy runs as tasks on the executor in force: a stored source (in-memory data
+    is here already) into a destination that takes parallel writers (else a message says
+    the copy runs here)."""
+    if current_executor() is None or not isinstance(src, BlockedArray):
+        return False
+    if dst.parallel_writer() is None:
+        warnings.warn(
+            f"{dst.url} is written by this process, not on the cluster: its storage "
+            f"({dst.locator.driver}) takes one writer at a time; save to Zarr for a copy "
+            "written in parallel by the workers",
+            UserWarning,
+            stacklevel=4,
+        )
+        return False
+    return True
 
 
 def from_numpy(

@@ -45,7 +45,8 @@ Exit codes:
   {EXIT_UNEXPECTED}    unexpected error (a bug: please report it with the traceback)
   {EXIT_USAGE}    invalid input or usage: bad option, unknown driver, corrupt or
        foreign file, unsupported dtype or compression, destination exists
-       without --overwrite, memory budget too small for one chunk
+       without --overwrite, memory budget too small for one chunk, the
+       --executor scheduler unreachable or the cluster failed the run
   {EXIT_NOT_FOUND}    not found: file, container or array missing
   {EXIT_WRITE}    failed while writing: read-only destination, disk full, I/O error,
        copy differs on --verify (nothing left at the destination)

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import click
 
+from oocarr.api import tile_projection
 from oocarr.config import memory_budget_bytes
+from oocarr.engine.executor import DaskExecutor, current_executor
+from oocarr.engine.stats import IOCounts, call_site, record
 from oocarr.errors import BudgetTooSmallError
 from oocarr.store import BlockedArray
 
@@ -17,7 +21,7 @@ from .options import Settings, global_options, pass_settings
 from .output import echo_fields, echo_json, fmt_shape, human_bytes, plain
 from .progress import Progress
 from .streaming import COPY_SHARE, STATS_SHARE, read_tiles, tile_shape
-from .summary import Summary
+from .summary import Summary, TileMoments, TileSummaryTask
 
 __all__ = ["inspect", "describe", "array_stats"]
 
@@ -53,11 +57,37 @@ def array_stats(store: BlockedArray, *, progress: bool = True) -> dict[str, Any]
     3.0
     """
     summary = Summary(store.dtype)
+    tile, projected = tile_projection(store, STATS_SHARE, remedy="with --memory")
+    cluster = current_executor()
     with Progress("reading", store.nbytes, enabled=progress) as bar:
-        for _region, values in read_tiles(store, tile_shape(store, STATS_SHARE)):
-            summary.add(values)
-            bar.advance(values.nbytes)
+        if cluster is None:
+            for _region, values in read_tiles(store, tile):
+                summary.add(values)
+                bar.advance(values.nbytes)
+        else:
+            for moments, nbytes in _stats_on(cluster, store, tile, projected):
+                summary.merge(moments)
+                bar.advance(nbytes)
     return summary.result()
+
+
+def _stats_on(
+    cluster: DaskExecutor, store: BlockedArray, tile: tuple[int, ...], projected: int
+) -> Iterator[tuple[TileMoments, int]]:
+    """``(moments, bytes read)`` of each tile in C order, computed on the cluster's workers
+    (folded in the same order as here, so the statistics have the same bits)."""
+    site = call_site("stats")
+    counts = IOCounts(calls=1)
+    tiled = store.with_pages(tile)
+    tasks = [TileSummaryTask(store.locator, tiled.block_region(i)) for i in tiled.block_grid()]
+    cluster.check_reachable((store.locator,), site)
+    cluster.check_fits(projected, site)
+    try:
+        for task, moments in zip(tasks, cluster.map(tasks, counts)):
+            counts.tiles += 1
+            yield moments, math.prod(s.stop - s.start for s in task.region) * store.itemsize
+    finally:
+        record(site, counts)
 
 
 def _number(value: Any) -> str:

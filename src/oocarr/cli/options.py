@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,6 +52,7 @@ class Settings:
     driver: str | None = None
     driver_options: dict[str, Any] = field(default_factory=dict)
     quiet: bool = False
+    executor: str | None = None
 
     def open(self, url: str) -> BlockedArray:
         """The array at ``url``, opened read-only with the driver, storage and driver options."""
@@ -69,13 +71,28 @@ class Settings:
 
     @contextlib.contextmanager
     def session(self) -> Iterator[None]:
-        """Run a command body: errors become one-line messages; the budget is in force."""
-        with reported():
-            if self.memory is None:
-                yield
-            else:
-                with oocarr.memory_budget(self.memory):
-                    yield
+        """Run a command body: errors become one-line messages, warnings ``note:`` lines; the
+        budget and the executor are in force."""
+        with reported(), contextlib.ExitStack() as stack:
+            stack.enter_context(_notes())
+            if self.executor is not None:
+                stack.enter_context(oocarr.executor(self.executor))
+            if self.memory is not None:
+                stack.enter_context(oocarr.memory_budget(self.memory))
+            yield
+
+
+@contextlib.contextmanager
+def _notes() -> Iterator[None]:
+    """Print the warnings oocarr gives while a command runs as one ``note:`` line each."""
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        click.echo(f"note: {message}", err=True)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("default", UserWarning)
+        warnings.showwarning = show
+        yield
 
 
 #: Decorator passing the invocation's :class:`Settings` as the command's first argument.
@@ -249,6 +266,15 @@ _OPTIONS = [
         "a raw binary file; repeat for several.",
     ),
     _shared(
+        "executor",
+        str,
+        "--executor",
+        "-x",
+        metavar="ADDRESS",
+        help="Run the work on the Dask distributed cluster whose scheduler is at ADDRESS "
+        "(tcp://host:8786); the memory budget is then per task. Needs oocarr[dask].",
+    ),
+    _shared(
         "quiet",
         bool,
         "--quiet",
@@ -262,7 +288,7 @@ _OPTIONS = [
 
 def global_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """Add the shared options (``--memory``, ``--storage-options``, ``--driver``,
-    ``--driver-option``, ``--quiet``).
+    ``--driver-option``, ``--executor``, ``--quiet``).
 
     Examples
     --------

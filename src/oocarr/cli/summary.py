@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-__all__ = ["Summary"]
+from oocarr.engine.stats import IOCounts
+from oocarr.store.locator import Locator
+from oocarr.store.registry import get_driver
+
+__all__ = ["Summary", "TileMoments", "TileSummaryTask"]
 
 
 class Summary:
@@ -30,7 +35,6 @@ class Summary:
     def __init__(self, dtype: np.dtype) -> None:
         self.dtype = np.dtype(dtype)
         self.complex = self.dtype.kind == "c"
-        self.exact = self.dtype.kind in "biu"
         self.count = 0
         self.mean: complex | float = 0.0
         self.m2 = 0.0
@@ -41,38 +45,21 @@ class Summary:
 
     def add(self, block: np.ndarray) -> None:
         """Fold one tile in."""
-        values = np.asarray(block).reshape(-1)
-        if values.size == 0:
-            return
-        if self.exact:
-            self._extremes(values.min(), values.max())
-            finite = values.astype(np.float64)
-        else:
-            wide = values.astype(np.complex128 if self.complex else np.float64)
-            nan, bad = np.isnan(wide), ~np.isfinite(wide)
-            nans = int(nan.sum())
-            self.nan += nans
-            self.inf += int(bad.sum()) - nans
-            finite = wide[~bad] if nans or bad.any() else wide
-            if finite.size and not self.complex:
-                self._extremes(finite.min(), finite.max())
-        self._moments(finite)
+        self.merge(TileMoments.of(block, self.dtype))
 
-    def _extremes(self, low: Any, high: Any) -> None:
-        low, high = low.item(), high.item()
-        self.min = low if self.min is None else min(self.min, low)
-        self.max = high if self.max is None else max(self.max, high)
-
-    def _moments(self, finite: np.ndarray) -> None:
-        n = finite.size
+    def merge(self, tile: TileMoments) -> None:
+        """Fold in one tile's moments (computed here or by a task elsewhere: the same bits)."""
+        self.nan += tile.nan
+        self.inf += tile.inf
+        if tile.min is not None:
+            self.min = tile.min if self.min is None else min(self.min, tile.min)
+            self.max = tile.max if self.max is None else max(self.max, tile.max)
+        n = tile.count
         if n == 0:
             return
-        mean = finite.mean()
-        finite -= mean
-        m2 = float(np.vdot(finite, finite).real)
         total = self.count + n
-        delta = mean - self.mean
-        self.m2 += m2 + abs(delta) ** 2 * self.count * n / total
+        delta = tile.mean - self.mean
+        self.m2 += tile.m2 + abs(delta) ** 2 * self.count * n / total
         self.mean = self.mean + delta * n / total
         self.count = total
 
@@ -93,3 +80,79 @@ class Summary:
             "nan_count": self.nan,
             "inf_count": self.inf,
         }
+
+
+@dataclass(frozen=True)
+class TileMoments:
+    """One tile's count, mean and sum of squared deviations of its finite values, extremes,
+    and NaN and infinity counts: what :meth:`Summary.merge` folds."""
+
+    count: int = 0
+    mean: Any = 0.0
+    m2: float = 0.0
+    min: Any = None
+    max: Any = None
+    nan: int = 0
+    inf: int = 0
+
+    @classmethod
+    def of(cls, block: np.ndarray, dtype: np.dtype) -> TileMoments:
+        """The moments of ``block`` (values of ``dtype``).
+
+        Examples
+        --------
+        >>> TileMoments.of(np.array([1.0, 3.0, np.nan]), np.dtype("f8"))
+        TileMoments(count=2, mean=np.float64(2.0), m2=2.0, min=1.0, max=3.0, nan=1, inf=0)
+        """
+        dtype = np.dtype(dtype)
+        values = np.asarray(block).reshape(-1)
+        if values.size == 0:
+            return cls()
+        low = high = None
+        nans = infs = 0
+        if dtype.kind in "biu":
+            low, high = values.min().item(), values.max().item()
+            finite = values.astype(np.float64)
+        else:
+            wide = values.astype(np.complex128 if dtype.kind == "c" else np.float64)
+            nan, bad = np.isnan(wide), ~np.isfinite(wide)
+            nans = int(nan.sum())
+            infs = int(bad.sum()) - nans
+            finite = wide[~bad] if nans or bad.any() else wide
+            if finite.size and dtype.kind != "c":
+                low, high = finite.min().item(), finite.max().item()
+        if finite.size == 0:
+            return cls(0, 0.0, 0.0, low, high, nans, infs)
+        mean = finite.mean()
+        finite -= mean
+        m2 = float(np.vdot(finite, finite).real)
+        return cls(finite.size, mean, m2, low, high, nans, infs)
+
+
+@dataclass(frozen=True)
+class TileSummaryTask:
+    """The :class:`TileMoments` of one tile of a stored array, computed where the task runs
+    (a cluster's worker): the array is reopened there by locator."""
+
+    source: Locator
+    region: tuple[slice, ...]
+
+    def run(self, counts: IOCounts | None = None) -> TileMoments:
+        """Read the tile and compute its moments.
+
+        Examples
+        --------
+        >>> import oocarr
+        >>> store = oocarr.from_numpy(np.array([1.0, 2.0, 6.0])).store
+        >>> TileSummaryTask(store.locator, (slice(1, 3),)).run().count
+        2
+        """
+        store = get_driver(self.source.driver).open(self.source, "r")
+        try:
+            block = store.read_region(self.region)
+            dtype = store.dtype
+        finally:
+            store.close()
+        if counts is not None:
+            counts.count_read(block.nbytes)
+        return TileMoments.of(block, dtype)

@@ -63,9 +63,16 @@ class DaskExecutor:
     [15.0]
     """
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, *, owns_client: bool = False) -> None:
         self.client = client
+        self.owns_client = owns_client
         self._local: bool | None = None
+
+    def close(self) -> None:
+        """Close the client when this executor connected it (from a scheduler address)."""
+        if self.owns_client:
+            with contextlib.suppress(Exception):
+                self.client.close()
 
     def __repr__(self) -> str:
         return f"DaskExecutor({self.client!r})"
@@ -180,14 +187,38 @@ class DaskExecutor:
 
 
 def _run(task: Any) -> tuple[bool, Any, IOCounts]:
-    """Run ``task`` on a worker, counting what it reads.  An oocarr error (bad data, a
-    budget) is the answer, not a fault: it comes back as a value, so the task is not retried;
-    anything else (a storage hiccup) raises, and distributed runs the task again."""
+    """Run ``task`` on a worker, counting what it reads and the resident memory it adds.  An
+    oocarr error (bad data, a budget) is the answer, not a fault: it comes back as a value, so
+    the task is not retried; anything else (a storage hiccup) raises, and distributed runs the
+    task again."""
     counts = IOCounts()
+    before = _reset_peak_rss()
     try:
         return True, task.run(counts), counts
     except OocarrError as err:
         return False, err, counts
+    finally:
+        if before is not None:
+            counts.peak_task_bytes = max(0, _status_bytes("VmHWM") - before)
+
+
+def _reset_peak_rss() -> int | None:
+    """Reset this process's peak resident size (Linux: ``clear_refs`` 5) and return the
+    resident size now; ``None`` where that cannot be done."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return _status_bytes("VmRSS")
+    except OSError:
+        return None
+
+
+def _status_bytes(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise OSError(f"no {field} in /proc/self/status")
 
 
 def _host(address: str) -> str:
@@ -218,13 +249,24 @@ def _as_executor(client: Any) -> DaskExecutor | None:
             "oocarr.executor needs Dask distributed: pip install 'oocarr[dask]'"
         ) from err
     if isinstance(client, str):
-        return DaskExecutor(Client(client, set_as_default=False))
+        return DaskExecutor(_connect(Client, client), owns_client=True)
     if not isinstance(client, Client):
         raise InvalidArgumentError(
             f"oocarr.executor takes a distributed.Client (or a scheduler address), "
             f"got {type(client).__name__}"
         )
     return DaskExecutor(client)
+
+
+def _connect(client_class: Any, address: str) -> Any:
+    """A client of the scheduler at ``address``, or :class:`ExecutorError` saying why not."""
+    try:
+        return client_class(address, set_as_default=False)
+    except (OSError, TimeoutError, ValueError, TypeError) as err:
+        raise ExecutorError(
+            f"cannot connect to a Dask scheduler at {address!r} ({type(err).__name__}: {err}); "
+            "check the address (tcp://host:8786) and that the scheduler is running"
+        ) from None
 
 
 def set_executor(client: Any) -> None:
@@ -244,7 +286,11 @@ def set_executor(client: Any) -> None:
     True
     """
     global _global
-    _global = _as_executor(client)
+    value = _as_executor(client)
+    with _lock:
+        previous, _global = _global, value
+    if previous is not None and previous is not value:
+        previous.close()
 
 
 @contextlib.contextmanager
@@ -255,7 +301,8 @@ def executor(client: Any) -> Iterator[DaskExecutor | None]:
     Parameters
     ----------
     client : distributed.Client, str or None
-        A connected client, a scheduler address, or ``None`` (run here).
+        A connected client, a scheduler address (connected here and closed when the block
+        ends), or ``None`` (run here).
 
     Examples
     --------
@@ -274,6 +321,8 @@ def executor(client: Any) -> Iterator[DaskExecutor | None]:
             _stack.reverse()
             _stack.remove(value)  # the innermost entry of this value: blocks may close out of order
             _stack.reverse()
+        if value is not None:
+            value.close()
 
 
 def current_executor() -> DaskExecutor | None:

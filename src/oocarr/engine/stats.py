@@ -40,6 +40,9 @@ class IOCounts:
     calls: int = 0
     #: The largest resident bytes a call's plan projected (:mod:`oocarr.engine.plan`).
     projected_bytes: int = 0
+    #: The most resident memory one task added on a cluster's worker, measured there
+    #: (0 when no task ran on a cluster, or the platform cannot measure it).
+    peak_task_bytes: int = 0
 
     def count_read(self, nbytes: int) -> None:
         """Count one page of ``nbytes`` read (safe from the engine's reader and writer threads)."""
@@ -54,10 +57,10 @@ class IOCounts:
             self.pages_written += 1
 
     def add(self, other: IOCounts) -> None:
-        """Add ``other``'s counts to these (projections: the larger of the two)."""
+        """Add ``other``'s counts to these (projections and peaks: the larger of the two)."""
         for name in self.__dataclass_fields__:
-            if name == "projected_bytes":
-                self.projected_bytes = max(self.projected_bytes, other.projected_bytes)
+            if name in _PEAKS:
+                setattr(self, name, max(getattr(self, name), getattr(other, name)))
             else:
                 setattr(self, name, getattr(self, name) + getattr(other, name))
 
@@ -65,6 +68,9 @@ class IOCounts:
         """Record a plan's projected resident bytes (the largest one counts)."""
         with _counts_lock:
             self.projected_bytes = max(self.projected_bytes, nbytes)
+
+
+_PEAKS = ("projected_bytes", "peak_task_bytes")
 
 
 @dataclass

@@ -564,6 +564,21 @@ class BlockedArray(abc.ABC):
         self._check_writable()
         self._write_attrs(jsonable_attrs(attrs, url=self.url))
 
+    def parallel_writer(self) -> Any | None:
+        """A picklable handle through which other processes (a cluster's workers) write this
+        array's data while it is pending: its ``open()`` returns a writable array whose writes
+        of whole :attr:`write_chunks` land where :meth:`commit` publishes them.  ``None`` (the
+        default) where the storage takes one writer (an HDF5 file, a ``.npy`` file, an archive)
+        or where other processes cannot reach it (``memory://``); copies to it run here.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarr
+        >>> oocarr.from_numpy(np.zeros(2)).store.parallel_writer() is None
+        True
+        """
+        return None
+
     @property
     def write_chunks(self) -> tuple[int, ...] | None:
         """The unit a writer should cover whole (a Zarr shard; by default a chunk): copies

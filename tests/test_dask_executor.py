@@ -366,3 +366,26 @@ def test_zarr_in_s3_on_the_cluster_gives_the_local_bits(client, data, s3_server)
         assert fs.cat(f"{base}/remote.zarr/c/{key}") == fs.cat(f"{base}/local.zarr/c/{key}")
     got = oocarr.to_numpy(oocarr.open(f"{base}/remote.zarr", **opts))
     np.testing.assert_array_equal(got, a)
+
+
+def test_a_copy_whose_client_is_lost_leaves_nothing_at_the_destination(client, data, tmp_path):
+    _, _, arrays, _ = data
+    address = client.scheduler.address
+    other = distributed.Client(address, set_as_default=False)
+    closed = []
+
+    def advance(nbytes):
+        if not closed:
+            closed.append(nbytes)
+            other.close()  # the client of this copy goes away mid-copy
+
+    target = tmp_path / "lost.zarr"
+    cls, locator = oocarr.resolve(str(target))
+    src = arrays["npy"].store
+    with oocarr.memory_budget(BUDGET), oocarr.executor(other):
+        with pytest.raises(ExecutorError, match="nothing was committed"):
+            with cls.create(locator, src.shape, src.dtype, chunks=(64, 40)) as dst:
+                oocarr.api.copy_tiles(src, dst, advance=advance)
+    assert closed
+    with pytest.raises(oocarr.errors.NotFoundError):
+        oocarr.open(str(target))

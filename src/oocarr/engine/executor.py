@@ -112,7 +112,8 @@ class DaskExecutor:
         try:
             for future in futures:
                 value, worker_counts = self._result(future)
-                future.release()
+                with contextlib.suppress(Exception):  # a closed client has nothing to release
+                    future.release()
                 if counts is not None:
                     counts.add(worker_counts)
                 yield value
@@ -174,6 +175,13 @@ class DaskExecutor:
             raise ExecutorError(
                 f"lost the connection to the cluster of {self} ({type(err).__name__}: {err}); "
                 "nothing was committed: reconnect the client and run the call again"
+            ) from err
+        except RuntimeError as err:
+            if getattr(self.client, "status", None) not in ("closing", "closed"):
+                raise
+            raise ExecutorError(
+                f"the client {self.client!r} was closed while its tasks ran; nothing was "
+                "committed: run the call again with a connected client"
             ) from err
         if not ok:
             raise value

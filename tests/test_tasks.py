@@ -13,6 +13,7 @@ import pytest
 
 import oocarr
 from oocarr.engine import OOCAlgorithm, Operand
+from oocarr.engine.executor import DaskExecutor
 from oocarr.ops.elementwise import BINARY
 from oocarr.ops.matmul import Matmul
 from oocarr.ops.reductions import Sum
@@ -193,3 +194,60 @@ def test_stream_sum_row_tasks_in_a_fresh_process_give_value_and_grad(tmp_path, f
         assert remote["value"].tobytes() == np.asarray(value).tobytes()
         assert remote["w"].tobytes() == np.asarray(grads["w"]).tobytes()
         assert remote["b"].tobytes() == np.asarray(grads["b"]).tobytes()
+
+
+@pytest.mark.parametrize(
+    "op, reference",
+    [
+        (lambda x: oocarr.sum(x), lambda a: a.sum(dtype=np.float64)),
+        (lambda x: oocarr.sum(x, axis=0), lambda a: a.sum(axis=0, dtype=np.float64)),
+        (lambda x: oocarr.max(x, axis=0), lambda a: a.max(axis=0)),
+        (lambda x: x.T @ x, lambda a: a.T.astype(np.float64) @ a),
+    ],
+    ids=["sum", "sum-axis0", "max-axis0", "gram"],
+)
+def test_tiles_of_many_steps_fold_in_groups_with_the_tasks_bits(
+    tmp_path, monkeypatch, op, reference
+):
+    """A tile whose steps read more than FOLD_GROUP_BYTES folds in groups (one task each):
+    the local loop merges the groups' partials as the tasks' combine does, bit for bit."""
+    from oocarr.engine import run
+
+    a = np.random.default_rng(5).standard_normal((4000, 64)).astype("f4")
+    x = oocarr.save(a, str(tmp_path / "a.zarr"), chunks=(100, 64))
+    monkeypatch.setattr(run, "FOLD_GROUP_BYTES", 100 * 64 * 4 * 3)  # three chunks a group
+    with oocarr.memory_budget("2MB"), oocarr.io_stats() as stats:
+        local = np.asarray(oocarr.to_numpy(op(x)))
+        captured = []
+        original = run.OOCAlgorithm.tasks
+
+        def spy(self, operands, plan=None):
+            captured.append(original(self, operands, plan))
+            return captured[-1]
+
+        monkeypatch.setattr(run.OOCAlgorithm, "tasks", spy)
+        with oocarr.executor(_InProcess()):
+            remote = np.asarray(oocarr.to_numpy(op(x)))
+    (plan,) = [p for p in captured if any(t.partial for t in p.tasks)] or [None]
+    assert plan is not None and sum(t.partial for t in plan.tasks) > 2
+    assert remote.tobytes() == local.tobytes()
+    np.testing.assert_allclose(local, reference(a), rtol=2e-4, atol=2e-3)
+    assert 0 < max(s.projected_bytes for s in stats.by_site.values()) <= 2_000_000
+
+
+class _InProcess(DaskExecutor):
+    """An executor that runs the plan's tasks here, one by one, pickled as to a worker (what
+    a cluster's workers do, without the cluster): the engine's cluster path, end to end."""
+
+    def __init__(self):
+        super().__init__(None)
+
+    def map(self, tasks, counts=None):
+        for task in tasks:
+            yield pickle.loads(pickle.dumps(task)).run(counts)
+
+    def check_fits(self, projected, what):
+        pass
+
+    def check_reachable(self, refs, what):
+        pass

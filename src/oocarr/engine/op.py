@@ -47,6 +47,10 @@ class Plan:
 
     out_tile: tuple[int, ...]
     extra: dict[str, int] = field(default_factory=dict)
+    #: Steps folded into one partial before partials merge, in order, into the tile's total
+    #: (0: a tile's steps in one fold).  Set by the engine (:data:`~oocarr.engine.plan.
+    #: FOLD_GROUP_BYTES`), the same for every executor.
+    fold_steps: int = 0
 
 
 class Op:

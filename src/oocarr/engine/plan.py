@@ -28,6 +28,7 @@ __all__ = [
     "BLOCK_SHARE",
     "COPY_TILES",
     "EXTRA_BATCHES",
+    "FOLD_GROUP_BYTES",
     "INPUT_TILES",
     "MAX_READ_AHEAD",
     "STATS_TILES",
@@ -62,6 +63,11 @@ RESERVE_FROM = 2**20
 #: ``stream_sum``'s row tiles: the one computed, the next one read, JAX's own copy of the
 #: current one, and one more for ``fn``'s intermediates (or the padded last tile).
 STREAM_SUM_TILES = 4
+#: Input bytes of one fold group: a tile whose steps read more is folded in groups of steps
+#: this size, each group's partial merged into the tile's total in order, so a reduction to one
+#: tile is several tasks on a cluster (the local loop folds the same groups: the same bits).
+#: 128 MiB: a 1 TiB sum is 8192 tasks, about 15 s of a Dask scheduler's time.
+FOLD_GROUP_BYTES = 128 * 2**20
 #: ``batches``: batch-sized buffers besides the ``prefetch`` queued ones: the batch the loop
 #: holds, and the one the reader assembles (its NumPy buffer plus a device copy where JAX
 #: does not use the buffer in place).

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,7 @@ from .executor import DaskExecutor, current_executor
 from .io import Operand, WriteBehind, prefetched
 from .op import BlockParallelOp, CustomOp, Plan, Region
 from .plan import (
+    FOLD_GROUP_BYTES,
     INPUT_TILES,
     MAX_READ_AHEAD,
     WRITE_BEHIND_TILES,
@@ -36,7 +38,7 @@ from .plan import (
     tile_budget,
 )
 from .stats import IOCounts, record
-from .tasks import BackwardPlan, BackwardTask, TilePlan, TileTask
+from .tasks import BackwardPlan, BackwardTask, TilePlan, TileTask, finished_tiles
 from .tiles import Nominal, StepGradient, TileFolder, crop_to, pad
 
 __all__ = ["OOCAlgorithm", "CustomRun"]
@@ -142,9 +144,19 @@ class OOCAlgorithm:
             ahead,
             self._read_overhead(operands, plan),
         )
+        groups = (
+            (Buffers("fold-group total", 1, math.prod(nominal.out_shape) * itemsize),)
+            if plan.fold_steps
+            else ()
+        )
         return Projection(
             self.op.name,
-            (*(Buffers(what, n, e * itemsize) for what, n, e in items), *parallel, decoding),
+            (
+                *(Buffers(what, n, e * itemsize) for what, n, e in items),
+                *parallel,
+                decoding,
+                *groups,
+            ),
         )
 
     def read_ahead(self, operands: list[Operand], plan: Plan, itemsize: int) -> int:
@@ -186,7 +198,27 @@ class OOCAlgorithm:
         while (needed := self.op.tile_itemsize(dtypes, plan)) > itemsize:
             itemsize = needed
             plan = self.plan(operands, itemsize)
-        return plan, itemsize
+        return self._fold_groups(operands, plan, itemsize), itemsize
+
+    def _fold_groups(self, operands: list[Operand], plan: Plan, itemsize: int) -> Plan:
+        """``plan`` with tiles whose steps read more than :data:`~oocarr.engine.plan.
+        FOLD_GROUP_BYTES` folded in groups of steps (tasks of their own on a cluster), where
+        the budget holds the group total beside the accumulator."""
+        nominal = Nominal(self.op, plan)
+        step_bytes = itemsize * sum(
+            math.prod(s) for o, s in zip(operands, nominal.in_shapes or []) if o.stored
+        )
+        first = next(self.op.out_regions(plan), None)
+        if not step_bytes or first is None:
+            return plan
+        fold = max(1, FOLD_GROUP_BYTES // step_bytes)
+        if sum(1 for _ in self.op.index_map(first, plan)) <= fold:
+            return plan
+        grouped = replace(plan, fold_steps=fold)
+        budget = memory_budget_bytes()
+        if self.projection(operands, grouped, itemsize).nbytes > budget - reserved(budget):
+            return plan
+        return grouped
 
     def forward(
         self, operands: list[Operand], out: BlockedArray | np.ndarray | None = None
@@ -221,7 +253,7 @@ class OOCAlgorithm:
             cluster.check_reachable(tasks[0].inputs, self.site)
         cluster.check_fits(projected, self.site)
         with WriteBehind(self._write_tile, out) as writer:
-            for task, tile in zip(tasks, cluster.map(tasks, self.counts)):
+            for task, tile in finished_tiles(tasks, cluster.map(tasks, self.counts)):
                 self.counts.tiles += 1
                 if out is None:
                     return tile
@@ -247,16 +279,24 @@ class OOCAlgorithm:
         def read(step):
             return [o.read(r) for o, r in zip(operands, step[2])]
 
-        acc = None
+        acc = total = None
+        folded = 0  # steps of this tile's current fold group
         with WriteBehind(self._write_tile, out) as writer:
             for (region, last, _), blocks in prefetched(self._steps(plan), read, ahead):
                 acc = folder.fold(acc, blocks)
                 del blocks
+                folded += 1
+                if plan.fold_steps and (folded == plan.fold_steps or (last and total is not None)):
+                    # a group ends: its partial joins the tile's total, as finished_tiles does
+                    part = np.asarray(acc) if total is None else acc
+                    total = part if total is None else folder.merge(total, part)
+                    acc, folded = None, 0
                 if not last:
                     continue
                 self.counts.tiles += 1
-                tile = folder.finish(acc, region)
-                acc = None
+                tile = folder.finish(acc if total is None else total, region)
+                acc = total = None
+                folded = 0
                 if out is None:
                     return tile
                 writer.submit(region, tile)
@@ -270,11 +310,28 @@ class OOCAlgorithm:
             plan, _ = self.forward_plan(operands)
         inputs = tuple(o.value.locator if o.stored else np.asarray(o.value) for o in operands)
         dtypes = tuple(np.dtype(o.value.dtype) for o in operands)
-        tasks = tuple(
-            TileTask(self.op, inputs, dtypes, region, tuple(self.op.index_map(region, plan)), plan)
-            for region in self.op.out_regions(plan)
-        )
-        return TilePlan(tasks, self.op.output_shape)
+        tasks = []
+        for region in self.op.out_regions(plan):
+            steps = tuple(self.op.index_map(region, plan))
+            fold = plan.fold_steps
+            if not fold or len(steps) <= fold:
+                tasks.append(TileTask(self.op, inputs, dtypes, region, steps, plan))
+                continue
+            starts = range(0, len(steps), fold)
+            tasks += [
+                TileTask(
+                    self.op,
+                    inputs,
+                    dtypes,
+                    region,
+                    steps[i : i + fold],
+                    plan,
+                    partial=True,
+                    last=i == starts[-1],
+                )
+                for i in starts
+            ]
+        return TilePlan(tuple(tasks), self.op.output_shape)
 
     def _write_tile(self, out: Any, region: Region, tile: np.ndarray) -> None:
         if isinstance(out, np.ndarray):

@@ -14,7 +14,7 @@ and writing finished tiles behind.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +28,7 @@ from .op import BlockParallelOp, Plan, Region
 from .stats import IOCounts
 from .tiles import StepGradient, TileFolder
 
-__all__ = ["BackwardPlan", "BackwardTask", "TilePlan", "TileTask"]
+__all__ = ["BackwardPlan", "BackwardTask", "TilePlan", "TileTask", "finished_tiles"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -58,6 +58,11 @@ class TileTask:
     region: Region
     steps: tuple[tuple[Region, ...], ...]
     plan: Plan
+    #: One fold group of a tile folded in several (``plan.fold_steps``): the task returns its
+    #: unfinished partial, merged into the tile's total by :func:`finished_tiles`.
+    partial: bool = False
+    #: Whether the task's steps end its tile (the last group of a tile in several).
+    last: bool = True
 
     def run(self, counts: IOCounts | None = None) -> np.ndarray:
         """Compute this tile: open the stored inputs by locator, fold every step, finish
@@ -85,11 +90,51 @@ class TileTask:
             acc = None
             for regions in self.steps:
                 acc = folder.fold(acc, [o.read(r) for o, r in zip(operands, regions)])
-            return folder.finish(acc, self.region)
+            return np.asarray(acc) if self.partial else folder.finish(acc, self.region)
         finally:
             for store in stores:
                 if store is not None:
                     store.close()
+
+
+def finished_tiles(
+    tasks: Sequence[TileTask], results: Iterable[Any]
+) -> Iterator[tuple[TileTask, np.ndarray]]:
+    """``(task, finished tile)`` for each tile, in order, from the tasks' results in task
+    order: a tile folded in groups has its partials merged into its total in group order,
+    then finished, as the local loop does.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarr
+    >>> from dataclasses import replace
+    >>> from oocarr.engine import OOCAlgorithm, Operand
+    >>> from oocarr.ops.reductions import Sum
+    >>> x = oocarr.from_numpy(np.arange(6.0, dtype="f4"))
+    >>> algo = OOCAlgorithm(Sum((6,)))
+    >>> with oocarr.memory_budget(28):  # a tile of one element: six steps
+    ...     plan, _ = algo.forward_plan([Operand(x.store)])
+    >>> tasks = algo.tasks([Operand(x.store)], replace(plan, fold_steps=2)).tasks
+    >>> len(tasks), [float(t) for _, t in finished_tiles(tasks, (t.run() for t in tasks))]
+    (3, [15.0])
+    """
+    folder = None
+    total = None
+    for task, result in zip(tasks, results):
+        if not task.partial:
+            yield task, result
+            continue
+        if total is None:
+            total = result
+        else:
+            if folder is None:
+                folder = TileFolder(task.op, task.plan, task.dtypes)
+            total = folder.merge(total, result)
+        if task.last:
+            if folder is None:
+                folder = TileFolder(task.op, task.plan, task.dtypes)
+            yield task, folder.finish(total, task.region)
+            total = None
 
 
 def _open_all(refs: tuple[Locator | np.ndarray, ...]) -> list[Any]:
@@ -188,7 +233,7 @@ class TilePlan:
         array([0., 1., 4., 9.], dtype=float32)
         """
         out = np.empty(self.shape, dtype)
-        for task, tile in zip(self.tasks, tiles):
+        for task, tile in finished_tiles(self.tasks, tiles):
             if task.region:
                 out[task.region] = tile
             else:

@@ -10,7 +10,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from .compile import backward_function, block_functions
+from .compile import backward_function, block_functions, cached
 from .op import BlockParallelOp, Plan, Region
 
 __all__ = ["Nominal", "StepGradient", "TileFolder", "crop_to", "pad"]
@@ -104,6 +104,12 @@ class TileFolder:
             return part if acc is None else self._host.combine(acc, part)
         inputs = self.nominal.inputs(blocks)
         return self._forward(*inputs) if acc is None else self._accumulate(acc, *inputs)
+
+    def merge(self, total: Any, part: Any) -> Any:
+        """``total`` with a fold group's partial ``part`` combined in (the op's ``combine``)."""
+        if self._host is not None:
+            return self._host.combine(total, part)
+        return cached((self.op.block_key, "combine"), self.op.combine)(total, part)
 
     def finish(self, acc: Any, region: Region) -> np.ndarray:
         """The finished output tile of ``region`` from its accumulator."""

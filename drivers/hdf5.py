@@ -1,10 +1,13 @@
-"""The HDF5 driver: datasets in local HDF5 files, read and written through ``h5py``.
+"""The HDF5 driver: datasets in HDF5 files, read and written through ``h5py``.
 
 URL forms
 ---------
 ``path/to/file.h5#/group/name`` (also ``.hdf5``, and ``file:///abs/file.h5#/x``)
     The dataset ``/group/name`` in a local HDF5 file.  The ``#/inner/path``
     part is required.
+``s3://bucket/file.h5#/group/name`` (any fsspec URL: ``gcs://``, ``https://``, ``memory://`` ...)
+    The same in a remote file, read-only, with ``storage_options`` for fsspec:
+    :mod:`oocarr_drivers.hdf5_remote`.  Writing one raises ``ReadOnlyError``.
 
 Handles
 -------
@@ -87,6 +90,14 @@ from oocarr_drivers.hdf5_handles import (
     borrowed,
     ensure_file,
     not_hdf5,
+    read_only_error,
+)
+from oocarr_drivers.hdf5_remote import (
+    FETCH_BATCH_BYTES,
+    MAX_GAP,
+    contiguous_overhead,
+    is_transport_error,
+    read_contiguous,
 )
 
 __all__ = ["HDF5Array"]
@@ -321,9 +332,11 @@ def _outside(file: h5py.File, dset: h5py.Dataset, inner: str) -> str | None:
 def _check_inside(
     file: h5py.File, dset: h5py.Dataset | None, locator: Locator, *, writing: bool
 ) -> None:
-    """Refuse to write (or, with ``follow_external=False``, to read) a dataset whose data lies
-    outside the file the URL names; ``dset=None`` checks the links on its path only."""
-    if not writing and follows_external(locator):
+    """Refuse to write (or, with ``follow_external=False`` or in a remote file, to read) a
+    dataset whose data lies outside the file the URL names; ``dset=None`` checks the links on
+    its path only.  A remote file's links would lead to local files of the same name."""
+    remote = not is_local(locator.url)
+    if not writing and not remote and follows_external(locator):
         return
     if dset is None:
         where = _external_link(file, locator.path)
@@ -337,6 +350,13 @@ def _check_inside(
             f"cannot open {url} for writing: {where}, outside {locator.url}; oocarr never "
             "writes outside the file it was given. Open it with mode='r', or write the "
             "target's own URL",
+            url=url,
+        )
+    if remote:
+        raise InvalidStoreError(
+            f"cannot read {url}: {where}, outside {locator.url}; the hdf5 driver reads no data "
+            "outside a remote file (HDF5 would look for it on the local disk). Copy the files "
+            "locally to read through the links",
             url=url,
         )
     raise InvalidStoreError(
@@ -478,7 +498,7 @@ def _temp_name(locator: Locator) -> str:
 # The driver
 # ----------------------------------------------------------------------
 class HDF5Array(BlockedArray):
-    """A dataset in a local HDF5 file, read and written through ``h5py``.
+    """A dataset in an HDF5 file, read and written through ``h5py`` (read only in a remote one).
 
     Examples
     --------
@@ -534,17 +554,11 @@ class HDF5Array(BlockedArray):
     @classmethod
     def locate(cls, container, inner, storage_options=None, driver_options=None) -> Locator:
         url = container + (f"#{inner}" if inner else "")
-        if not is_local(container):
-            raise InvalidUrlError(
-                f"the hdf5 driver reads local files only, not {url!r}; copy the file locally "
-                "or store the array as Zarr and use the fsspec driver (a .zarr URL) for "
-                "remote storage",
-                url=url,
-            )
-        if storage_options:
+        remote = not is_local(container)
+        if storage_options and not remote:
             raise InvalidArgumentError(
-                f"the hdf5 driver takes no storage_options (got {dict(storage_options)}) "
-                f"for {url}; it reads local files only",
+                f"storage_options (got {dict(storage_options)}) are for remote files; {url} "
+                "is a local file, opened without fsspec",
                 url=url,
             )
         driver_options = dict(driver_options or {})
@@ -558,7 +572,7 @@ class HDF5Array(BlockedArray):
         path = normalize_container(container)
         if not inner:
             raise InvalidUrlError(cls._missing_inner_message(path, url), url=url)
-        return Locator.make(cls.name, path, inner, None, kept)
+        return Locator.make(cls.name, path, inner, storage_options if remote else None, kept)
 
     @classmethod
     def _missing_inner_message(cls, path: str, url: str) -> str:
@@ -566,7 +580,7 @@ class HDF5Array(BlockedArray):
             f"{url!r} names a file but no dataset in it; name a dataset: "
             f"{os.path.basename(path)}#/x"
         )
-        if os.path.isfile(path) and _is_hdf5(path):
+        if is_local(path) and os.path.isfile(path) and _is_hdf5(path):
             loc = Locator.make(cls.name, path, "/")
             try:
                 with borrowed(path, False, loc) as entry:
@@ -583,10 +597,14 @@ class HDF5Array(BlockedArray):
     @classmethod
     def _open(cls, locator: Locator, mode: str) -> HDF5Array:
         path = locator.url
-        require_exists(os.path.isfile(path), locator, "file")
-        _check_usable(path, locator.full_url)
-        if not _is_hdf5(path):
-            raise not_hdf5(locator)
+        if not is_local(path):
+            if mode == "r+":
+                raise read_only_error(locator)
+        else:
+            require_exists(os.path.isfile(path), locator, "file")
+            _check_usable(path, locator.full_url)
+            if not _is_hdf5(path):
+                raise not_hdf5(locator)
         with borrowed(path, mode == "r+", locator) as entry:
             _check_inside(entry.file, None, locator, writing=mode == "r+")
             dset = _require_dataset(entry.file, locator)
@@ -605,6 +623,13 @@ class HDF5Array(BlockedArray):
             )
 
     # -- creating --------------------------------------------------------
+    @classmethod
+    def create(cls, locator: Locator, *args: Any, **kwargs: Any) -> HDF5Array:
+        """As :meth:`BlockedArray.create`; a remote file is refused (``ReadOnlyError``)."""
+        if not is_local(locator.url):
+            raise read_only_error(locator, "create an array there")
+        return super().create(locator, *args, **kwargs)
+
     @classmethod
     def _layout(
         cls,
@@ -710,6 +735,13 @@ class HDF5Array(BlockedArray):
     @classmethod
     def exists(cls, locator: Locator) -> bool:
         path = locator.url
+        if not is_local(path):
+            try:
+                with borrowed(path, False, locator) as entry:
+                    _check_inside(entry.file, None, locator, writing=False)
+                    return isinstance(_lookup(entry.file, locator.path), h5py.Dataset)
+            except (NotFoundError, InvalidStoreError):
+                return False
         if not os.path.isfile(path) or not _is_hdf5(path):
             return False
         with borrowed(path, False, locator) as entry:
@@ -718,6 +750,8 @@ class HDF5Array(BlockedArray):
     @classmethod
     def delete(cls, locator: Locator) -> None:
         path = locator.url
+        if not is_local(path):
+            raise read_only_error(locator, "delete it")
         if not os.path.isfile(path):
             return
         if not _is_hdf5(path):
@@ -761,10 +795,15 @@ class HDF5Array(BlockedArray):
         return handle
 
     def _decoder(self, dset: h5py.Dataset) -> ChunkDecoder | None:
-        """How this store's chunks are decoded outside HDF5 (``None``: by HDF5)."""
-        if self._filtered and self._chunk_decoder is _UNKNOWN:
-            self._chunk_decoder = decoder_for(dset, self._dtype)
+        """How this store's chunks are decoded outside HDF5 (``None``: by HDF5); a remote
+        file's unfiltered chunks are fetched and copied the same way."""
+        if (self._filtered or self._remote) and self._chunk_decoder is _UNKNOWN:
+            self._chunk_decoder = decoder_for(dset, self._dtype, raw=self._remote)
         return None if self._chunk_decoder is _UNKNOWN else self._chunk_decoder
+
+    @property
+    def _remote(self) -> bool:
+        return not is_local(self._locator.url)
 
     def _dataset(self) -> h5py.Dataset:
         """This process's dataset handle (call with ``LOCK`` held)."""
@@ -780,32 +819,53 @@ class HDF5Array(BlockedArray):
 
     def read_overhead(self, shape) -> int:
         """Filtered chunks: each decoding thread holds one stored and up to two decoded
-        chunks (HDF5 decoding itself holds as much in its chunk cache)."""
-        if not self._filtered or self.chunks is None:
+        chunks (HDF5 decoding itself holds as much in its chunk cache).  A remote file: also
+        the batch of stored chunks (or runs of a contiguous dataset) fetched."""
+        if self._remote and self.chunks is None:
+            return contiguous_overhead(tuple(shape), self._shape, self._dtype.itemsize)
+        if not (self._filtered or self._remote) or self.chunks is None:
             return 0
         chunks = math.prod(-(-max(1, s) // max(1, c)) for s, c in zip(shape, self.chunks))
         chunk_bytes = math.prod(self.chunks) * self._dtype.itemsize
-        return min(decoding_threads(), chunks) * DECODER_CHUNKS * chunk_bytes
+        decoding = min(decoding_threads(), chunks) * DECODER_CHUNKS * chunk_bytes
+        if not self._remote:
+            return decoding
+        return decoding + min(FETCH_BATCH_BYTES, chunks * (chunk_bytes + MAX_GAP))
 
     def _read(self, region, out) -> None:
         lock = LOCK
         with lock:
             dset = self._dataset()
             decoder = self._decoder(dset)
-        if decoder is not None and self.ndim:
-            try:
-                decoder.read(dset, region, out, lock, parallel=not lock.held_here())
-            except OSError as err:
-                raise corrupt(self._locator, f"reading {region} failed ({err})") from None
-            return
-        with lock:
-            try:
+            remote = self._handle.entry.remote
+            offset = self._contiguous_offset(dset) if remote is not None else None
+        try:
+            if decoder is not None and self.ndim:
+                fetch = None if remote is None else remote.fetch_batches
+                decoder.read(dset, region, out, lock, parallel=not lock.held_here(), fetch=fetch)
+                return
+            if offset is not None:
+                read_contiguous(remote, offset, self._shape, self._dtype, region, out)
+                return
+            with lock:
                 if self.ndim == 0:
                     dset.read_direct(out)
                 else:
                     dset.read_direct(out, source_sel=region)
-            except OSError as err:
-                raise corrupt(self._locator, f"reading {region} failed ({err})") from None
+        except OSError as err:
+            if isinstance(err, OocarrError) or is_transport_error(err):
+                raise
+            raise corrupt(self._locator, f"reading {region} failed ({err})") from None
+
+    def _contiguous_offset(self, dset: h5py.Dataset) -> int | None:
+        """Where a remote contiguous dataset's data starts in the file, when the driver can
+        fetch it itself: allocated, unfiltered, stored as this store's dtype (call with
+        ``LOCK`` held)."""
+        if self._chunks is not None or self._filtered or not self.ndim:
+            return None
+        if dset.id.get_type().dtype != self._dtype:
+            return None
+        return dset.id.get_offset()
 
     def _write(self, region, value) -> None:
         with LOCK:
@@ -1028,10 +1088,12 @@ class HDF5Array(BlockedArray):
         """
         locator = cls.locate(container, inner or "/", storage_options)
         path = locator.url
-        require_exists(os.path.isfile(path), locator, "file")
-        if not _is_hdf5(path):
-            raise not_hdf5(locator)
+        if is_local(path):
+            require_exists(os.path.isfile(path), locator, "file")
+            if not _is_hdf5(path):
+                raise not_hdf5(locator)
         with borrowed(path, False, locator) as entry:
+            _check_inside(entry.file, None, locator, writing=False)
             top = _lookup(entry.file, locator.path)
             if top is None:
                 raise NotFoundError(

@@ -18,6 +18,12 @@ alone or after shuffle.  Every decoder releases the GIL while it works and
 is handed the chunk's size: a chunk that is corrupt or claims to hold more
 bytes than that raises before anything larger than the chunk is allocated.
 
+For a remote file (:mod:`oocarr_drivers.hdf5_remote`) the stored bytes come
+from ranged requests instead of ``H5Dread_chunk``, a batch of chunks in
+flight at once (``fetch=``), and unfiltered chunks take this path too: the
+bytes are the chunk.  Only the chunk index is read through HDF5 (under the
+lock, from the metadata it caches).
+
 Bitshuffle (32008) stays with HDF5: bit-unshuffling in NumPy runs at about
 40 MB/s a core (unpackbits/packbits on 8 KiB blocks, measured), against
 750-850 MB/s for h5py's own read of a Bitshuffle-LZ4 dataset (the filter's
@@ -36,12 +42,13 @@ Blosc-Zstd 580-1210 against 610-690; shuffle+Zstd 540-655 against 480-610
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import os
 import struct
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from typing import Any
@@ -75,6 +82,10 @@ DECODER_CHUNKS = 3
 #: Bytes of the header of the LZ4 filter's chunks.
 LZ4_HEADER = 12
 
+#: Where stored chunk bytes come from for a remote file: ``(start, end)`` byte ranges in, their
+#: bytes out as ``(index, bytes)`` batches (:meth:`RemoteFile.fetch_batches`).
+Fetch = Callable[[list[tuple[int, int]]], Iterable[list[tuple[int, Any]]]]
+
 _POOL: tuple[int, ThreadPoolExecutor] | None = None
 _POOL_LOCK = threading.Lock()
 
@@ -99,12 +110,14 @@ def _pool() -> ThreadPoolExecutor:
         return _POOL[1]
 
 
-def decoder_for(dset: h5py.Dataset, dtype: np.dtype) -> ChunkDecoder | None:
+def decoder_for(dset: h5py.Dataset, dtype: np.dtype, raw: bool = False) -> ChunkDecoder | None:
     """A decoder for ``dset``'s chunks, or ``None`` when HDF5 must decode them itself.
 
     Only chunked datasets whose every filter is one this module decodes
     (deflate, shuffle, Blosc, Zstd, LZ4) and whose stored type is a plain
-    integer or float equal to ``dtype`` qualify.
+    integer or float equal to ``dtype`` qualify; with ``raw`` (the chunks are
+    fetched, not read by HDF5) unfiltered ones too, of any type stored as
+    ``dtype``.
 
     Examples
     --------
@@ -117,11 +130,13 @@ def decoder_for(dset: h5py.Dataset, dtype: np.dtype) -> ChunkDecoder | None:
     ...     decoder_for(f["z"], np.dtype("f8")).filters, decoder_for(f["b"], np.dtype("f8"))
     ((32015,), None)
     """
-    if dset.chunks is None or dtype.kind not in "fiu":
+    if dset.chunks is None or dtype.kind not in ("biufc" if raw else "fiu"):
         return None
     plist = dset.id.get_create_plist()
     filters = tuple(plist.get_filter(i)[0] for i in range(plist.get_nfilters()))
-    if not filters or not set(filters) <= _UNFILTERS.keys():
+    if not set(filters) <= _UNFILTERS.keys() or not (filters or raw):
+        return None
+    if filters and dtype.kind not in "fiu":
         return None
     if dset.id.get_type().dtype != dtype:
         return None
@@ -169,18 +184,29 @@ class ChunkDecoder:
         out: np.ndarray,
         lock: AbstractContextManager[Any],
         parallel: bool = True,
+        fetch: Fetch | None = None,
     ) -> None:
         """Fill ``out`` with ``region`` of ``dset``; ``lock`` guards each call into h5py.
 
         With ``parallel=False`` (for a caller that holds ``lock`` itself) every
-        chunk is read and decoded in the calling thread.  A chunk that cannot
-        be decoded raises ``OSError`` naming it.
+        chunk is decoded in the calling thread.  With ``fetch`` (a remote
+        file's :meth:`~oocarr_drivers.hdf5_remote.RemoteFile.fetch_batches`)
+        the stored bytes come from it, a batch of chunks at a time, instead of
+        from HDF5.  A chunk that cannot be decoded raises ``OSError`` naming it.
         """
         buffers = CallBuffers(self.chunk_bytes, count=2)
+        if fetch is not None:
+            for tasks in self._fetched_tasks(dset, region, out, lock, fetch, buffers):
+                self._run(tasks, parallel)
+            return
         tasks = [
             self._task(dset, region, out, lock, start, buffers) for start in self._starts(region)
         ]
-        if len(tasks) == 1 or not parallel:
+        self._run(tasks, parallel)
+
+    @staticmethod
+    def _run(tasks: list[Callable[[], None]], parallel: bool) -> None:
+        if len(tasks) <= 1 or not parallel:
             for task in tasks:
                 task()
             return
@@ -192,13 +218,20 @@ class ChunkDecoder:
         axes = [range(r.start - r.start % c, r.stop, c) for r, c in zip(region, self.chunks)]
         return itertools.product(*axes)
 
-    def _task(self, dset, region, out, lock, start, buffers) -> Callable[[], None]:
+    def _overlap(
+        self, region: tuple[slice, ...], start: tuple[int, ...]
+    ) -> tuple[tuple[slice, ...], tuple[slice, ...], tuple[slice, ...]]:
+        """Where chunk ``start`` meets ``region``: in the dataset, in ``out``, in the chunk."""
         inner = tuple(
             slice(max(r.start, s), min(r.stop, s + c))
             for r, s, c in zip(region, start, self.chunks)
         )
         local = tuple(slice(i.start - r.start, i.stop - r.start) for i, r in zip(inner, region))
         within = tuple(slice(i.start - s, i.stop - s) for i, s in zip(inner, start))
+        return inner, local, within
+
+    def _task(self, dset, region, out, lock, start, buffers) -> Callable[[], None]:
+        inner, local, within = self._overlap(region, start)
 
         def run() -> None:
             with lock:
@@ -207,19 +240,53 @@ class ChunkDecoder:
                     dset.read_direct(out, source_sel=inner, dest_sel=local)
                     return
                 mask, stored = dset.id.read_direct_chunk(start)
-            target = out[local]
-            # a whole chunk landing contiguously in ``out`` (a tile of whole chunks) is
-            # decoded straight into it; otherwise through this thread's buffers, then copied
-            direct = (
-                target.shape == self.chunks
-                and target.dtype == self.dtype
-                and target.flags.c_contiguous
-            )
-            chunk = self._decode(stored, mask, start, buffers, target if direct else None)
-            if not (direct and same_memory(chunk, target)):
-                target[...] = chunk[within]
+            self._place(stored, mask, start, out[local], within, buffers)
 
         return run
+
+    def _fetched_tasks(
+        self, dset, region, out, lock, fetch: Fetch, buffers: CallBuffers
+    ) -> Iterator[list[Callable[[], None]]]:
+        """The decoding tasks of the region's chunks, a fetched batch at a time (chunks never
+        written are filled by HDF5 first)."""
+        starts, infos = list(self._starts(region)), []
+        with lock:
+            for start in starts:
+                info = dset.id.get_chunk_info_by_coord(start)
+                if info.byte_offset is None:
+                    inner, local, _ = self._overlap(region, start)
+                    dset.read_direct(out, source_sel=inner, dest_sel=local)
+                else:
+                    infos.append((start, info.filter_mask, info.byte_offset, info.size))
+        ranges = [(offset, offset + size) for _, _, offset, size in infos]
+        for batch in fetch(ranges):
+            tasks = []
+            for index, stored in batch:
+                start, mask = infos[index][:2]
+                _, local, within = self._overlap(region, start)
+                tasks.append(
+                    functools.partial(self._place, stored, mask, start, out[local], within, buffers)
+                )
+            yield tasks
+
+    def _place(
+        self,
+        stored: Any,
+        mask: int,
+        start: tuple[int, ...],
+        target: np.ndarray,
+        within: tuple[slice, ...],
+        buffers: CallBuffers,
+    ) -> None:
+        """Decode chunk ``start`` from its ``stored`` bytes into ``target`` (its ``within``
+        part): a whole chunk landing contiguously is decoded straight into it, otherwise
+        through this thread's buffers, then copied."""
+        direct = (
+            target.shape == self.chunks and target.dtype == self.dtype and target.flags.c_contiguous
+        )
+        chunk = self._decode(stored, mask, start, buffers, target if direct else None)
+        if not (direct and same_memory(chunk, target)):
+            target[...] = chunk[within]
 
     def _decode(
         self,

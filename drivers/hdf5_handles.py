@@ -14,12 +14,22 @@ moment uses :func:`borrowed`.  Before ``fork`` the lock is taken and files
 open for writing are flushed; the child gets a fresh lock and keeps the
 handles it inherited open but unused (:meth:`Handle.abandon`), since closing
 them could write the parent's state into its files.
+
+A remote file (an fsspec URL) is opened read-only through an fsspec file
+object (:class:`~oocarr_drivers.hdf5_remote.RemoteFile`, kept with the
+``h5py.File`` in its :class:`SharedFile`), one per process, file and
+``storage_options``.  Remote files are closed when the interpreter exits:
+left to HDF5's own exit handler, their Python file objects would be called
+into while the interpreter is torn down (a segmentation fault with h5py
+3.16 when the file object's class lives in ``__main__``).
 """
 
 from __future__ import annotations
 
+import atexit
 import collections
 import errno
+import json
 import os
 import threading
 import weakref
@@ -31,7 +41,8 @@ import h5py
 import hdf5plugin  # noqa: F401  (registers every filter it ships with HDF5, once per process)
 
 from oocarr.errors import OocarrError, ReadOnlyError, StorageBusyError, WriteError
-from oocarr.store import Locator, corrupt, require_exists
+from oocarr.store import Locator, corrupt, is_local, require_exists
+from oocarr_drivers.hdf5_remote import RemoteFile, is_transport_error
 
 __all__ = [
     "CACHE_W0",
@@ -43,6 +54,7 @@ __all__ = [
     "borrowed",
     "ensure_file",
     "not_hdf5",
+    "read_only_error",
 ]
 
 #: Evict fully read or written chunks first: a chunk cut by a page boundary outlives them.
@@ -57,15 +69,19 @@ class SharedFile:
     closes the shared handle and reopens it larger.
     """
 
-    __slots__ = ("path", "file", "writable", "readers", "writers", "datasets")
+    __slots__ = ("path", "file", "writable", "readers", "writers", "datasets", "remote")
 
-    def __init__(self, path: str, file: h5py.File, writable: bool) -> None:
+    def __init__(
+        self, path: str, file: h5py.File, writable: bool, remote: RemoteFile | None = None
+    ) -> None:
         self.path = path
         self.file: h5py.File | None = file
         self.writable = writable
         self.readers = 0
         self.writers = 0
         self.datasets: dict[str, tuple[h5py.Dataset, int]] = {}
+        #: The remote file's fsspec access (``None`` for a local file).
+        self.remote = remote
 
     def dataset(self, name: str, cache: tuple[int, int] | None, locator: Locator) -> h5py.Dataset:
         """The open dataset ``name`` with a chunk cache of at least ``cache`` (slots, bytes)."""
@@ -193,8 +209,20 @@ _BUSY_ERRNOS = frozenset({errno.EAGAIN, errno.EWOULDBLOCK})
 _WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG, errno.EMFILE})
 
 
-def _open_file(path: str, mode: str, locator: Locator) -> h5py.File:
-    """``h5py.File(path, mode)`` with its failures turned into oocarr errors."""
+def _open_file(
+    path: str, mode: str, locator: Locator, remote: RemoteFile | None = None
+) -> h5py.File:
+    """``h5py.File(path, mode)`` (through ``remote`` for a remote file) with its failures
+    turned into oocarr errors; the storage's own errors under a remote file pass as they are."""
+    if remote is not None:
+        try:
+            return remote.open_hdf5()
+        except OSError as err:
+            if isinstance(err, OocarrError) or is_transport_error(err):
+                raise
+            if "signature" in str(err):
+                raise not_hdf5(locator, head=remote.head(4)) from None
+            raise corrupt(locator, f"h5py cannot open the file ({err})") from None
     try:
         return h5py.File(path, mode)
     except FileNotFoundError:
@@ -243,9 +271,10 @@ def _open_error(err: OSError, mode: str, locator: Locator) -> OocarrError:
     return corrupt(locator, f"h5py cannot open the file ({err})")
 
 
-def not_hdf5(locator: Locator, detail: str = "") -> OocarrError:
-    """The error for a file at ``locator`` that is not HDF5, saying so when it is netCDF-3."""
-    if _is_netcdf3(locator.url):
+def not_hdf5(locator: Locator, detail: str = "", head: bytes | None = None) -> OocarrError:
+    """The error for a file at ``locator`` that is not HDF5, saying so when it is netCDF-3
+    (told from the file's first bytes, ``head``, or from the local file)."""
+    if _netcdf3_signature(head) if head is not None else _is_netcdf3(locator.url):
         return corrupt(
             locator,
             "it is a netCDF-3 (classic) file, not HDF5: oocarr reads netCDF-4 files, which are "
@@ -262,7 +291,25 @@ def _is_netcdf3(path: str) -> bool:
             head = f.read(4)
     except OSError:
         return False
-    return len(head) == 4 and head[:3] == b"CDF" and head[3] in (1, 2, 5)
+    return _netcdf3_signature(head)
+
+
+def _netcdf3_signature(head: bytes) -> bool:
+    return len(head) >= 4 and head[:3] == b"CDF" and head[3] in (1, 2, 5)
+
+
+def read_only_error(locator: Locator, action: str = "open it for writing") -> ReadOnlyError:
+    """The error for a write to a remote HDF5 file, which the driver reads only."""
+    url = locator.full_url
+    container = locator.url
+    stem = container.rsplit(".", 1)[0] if "." in container.rsplit("/", 1)[-1] else container
+    return ReadOnlyError(
+        f"cannot {action}: {url} is an HDF5 file on remote storage, which the hdf5 driver "
+        "reads only. Write the HDF5 file locally (a local path; upload it afterwards), or save "
+        f"the array as Zarr on the same filesystem: {stem}.zarr"
+        + (f"#{locator.path}" if locator.path else ""),
+        url=url,
+    )
 
 
 def _lock_error(err: OSError, url: str, writing: bool) -> OocarrError:
@@ -282,21 +329,25 @@ def _lock_error(err: OSError, url: str, writing: bool) -> OocarrError:
     )
 
 
-def _close_quietly(file: h5py.File | None) -> None:
-    if file is None:
-        return
-    try:
-        file.close()
-    except Exception:
-        pass
+def _close_quietly(file: h5py.File | None, remote: RemoteFile | None = None) -> None:
+    if file is not None:
+        try:
+            file.close()
+        except Exception:
+            pass
+    if remote is not None:
+        remote.close()
 
 
 def _reopen(entry: SharedFile, writable: bool, locator: Locator) -> None:
     """Reopen ``entry``'s file in another mode (HDF5 cannot hold one file in two modes)."""
     was = entry.writable
     entry.datasets.clear()
-    _close_quietly(entry.file)
+    _close_quietly(entry.file, entry.remote)
     entry.file = None
+    if entry.remote is not None:
+        entry.file = _open_file(entry.path, "r", locator, entry.remote)
+        return
     try:
         entry.file = _open_file(entry.path, "r+" if writable else "r", locator)
         entry.writable = writable
@@ -328,13 +379,35 @@ def ensure_file(entry: SharedFile, locator: Locator) -> h5py.File:
     return entry.file
 
 
+def file_key(path: str, locator: Locator) -> str:
+    """What tells this process's shared files apart: the path of a local file; a remote file's
+    URL and its storage options (other credentials or endpoints can show another file).
+
+    Examples
+    --------
+    >>> file_key("/d/a.h5", Locator.make("hdf5", "/d/a.h5", "/x"))
+    '/d/a.h5'
+    >>> file_key("s3://b/a.h5", Locator.make("hdf5", "s3://b/a.h5", "/x", {"anon": True}))
+    's3://b/a.h5 {"anon": true}'
+    """
+    if is_local(path) or not locator.storage_options:
+        return path
+    return f"{path} {json.dumps(locator.options, sort_keys=True, default=repr)}"
+
+
 def _acquire(path: str, writable: bool, locator: Locator, *, new: bool = False) -> SharedFile:
     """Take a reference on this process's shared file at ``path`` (call with ``LOCK`` held)."""
-    key = (os.getpid(), path)
+    key = (os.getpid(), file_key(path, locator))
     entry = FILES.get(key)
     if entry is None:
-        mode = "w-" if new else ("r+" if writable else "r")
-        entry = SharedFile(path, _open_file(path, mode, locator), writable or new)
+        if not is_local(path):
+            if writable or new:
+                raise read_only_error(locator)
+            remote = RemoteFile(locator)
+            entry = SharedFile(path, _open_file(path, "r", locator, remote), False, remote)
+        else:
+            mode = "w-" if new else ("r+" if writable else "r")
+            entry = SharedFile(path, _open_file(path, mode, locator), writable or new)
         FILES[key] = entry
     else:
         ensure_file(entry, locator)
@@ -351,8 +424,9 @@ def _release_ref(pid: int, path: str, writable: bool, locator: Locator) -> None:
     """Drop one reference; close the file when unused, reopen it read-only when writers are gone."""
     if pid != os.getpid():
         return
+    key = (pid, file_key(path, locator))
     with LOCK:
-        entry = FILES.get((pid, path))
+        entry = FILES.get(key)
         if entry is None:
             return
         if writable:
@@ -360,9 +434,9 @@ def _release_ref(pid: int, path: str, writable: bool, locator: Locator) -> None:
         else:
             entry.readers -= 1
         if entry.readers + entry.writers <= 0:
-            del FILES[(pid, path)]
+            del FILES[key]
             entry.datasets.clear()
-            _close_quietly(entry.file)
+            _close_quietly(entry.file, entry.remote)
             entry.file = None
         elif writable and entry.writers == 0 and entry.writable:
             try:
@@ -442,3 +516,27 @@ class Handle:
         """Forget a handle inherited across fork without touching the parent's file."""
         self._finalizer.detach()
         _INHERITED.append(self)
+
+
+#: Seconds the exit handler waits for a thread inside :data:`LOCK` before closing anyway.
+_EXIT_WAIT = 5.0
+
+
+def _close_remote_files() -> None:
+    """Close every remote file in this process, inherited ones included, before HDF5's own exit
+    handler would (calling into their Python file objects while the interpreter is torn
+    down can crash it).  Closing a file that was only read writes nothing, in any process."""
+    held = LOCK.raw.acquire(timeout=_EXIT_WAIT)
+    try:
+        entries = [e for e in FILES.values() if e.remote is not None]
+        entries += [h.entry for h in _INHERITED if h.entry.remote is not None]
+        for entry in entries:
+            entry.datasets.clear()
+            file, entry.file = entry.file, None
+            _close_quietly(file, entry.remote)
+    finally:
+        if held:
+            LOCK.raw.release()
+
+
+atexit.register(_close_remote_files)

@@ -38,15 +38,12 @@ from typing import Any
 import fsspec
 import numpy as np
 from fsspec.archive import AbstractArchiveFileSystem
-from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
 from oocarr.errors import (
     AlreadyExistsError,
     InvalidArgumentError,
     InvalidStoreError,
-    InvalidUrlError,
-    MissingDependencyError,
     OocarrError,
     ReadOnlyError,
     UnsupportedCompressionError,
@@ -70,6 +67,7 @@ from oocarr_drivers import zarr_v2
 from oocarr_drivers.chunk_runs import read_chunk_region, read_chunk_slabs
 from oocarr_drivers.claims import ZARR_SUFFIXES, zarr_can_open
 from oocarr_drivers.decode_buffers import CallBuffers, same_memory
+from oocarr_drivers.fsspec_urls import url_filesystem
 from oocarr_drivers.zarr_codecs import LEVEL_RANGES, WRITABLE, CodecPipeline, chunk_error
 from oocarr_drivers.zarr_meta import (
     DATA_TYPES,
@@ -149,20 +147,7 @@ def _filesystem(locator: Locator) -> tuple[fsspec.AbstractFileSystem, str]:
     options = locator.options
     if is_local(locator.url):
         options.setdefault("auto_mkdir", True)
-    try:
-        fs, base = url_to_fs(locator.url, **options)
-    except ImportError as err:
-        raise MissingDependencyError(
-            f"cannot open {locator.full_url}: {err} (pip install the fsspec backend it names, "
-            "e.g. s3fs for s3://)",
-            url=locator.full_url,
-        ) from err
-    except (ValueError, TypeError) as err:
-        raise InvalidUrlError(
-            f"fsspec cannot open {locator.url!r} ({err}); check the protocol and the "
-            "storage_options",
-            url=locator.full_url,
-        ) from None
+    fs, base = url_filesystem(locator, options)
     return fs, base
 
 

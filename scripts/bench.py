@@ -28,6 +28,18 @@ and with Zstd (hdf5plugin) beside Dask and h5py.  Their data add about 8 GiB on 
 size:
 
     python scripts/bench.py --only zarrs,hdf5-plugins --quick
+
+Workload 10 (``scripts/bench_cluster.py``) is issue 16's: ``sum``, the least-squares
+``value_and_grad`` and a convert to Zarr with zstd, run by oocarr inside
+``oocarr.executor(client)`` on a 2-worker ``distributed.LocalCluster`` (processes of one
+thread, started in the engine's worker process and closed when it exits) beside
+``dask.array`` on the same kind of cluster and beside oocarr's local executor.  Its inputs
+and the copy are Zarr.  It runs only when asked for, with ``--executor dask`` (alone, or
+added to ``--only``) or ``--only cluster``.  The peak RSS of a cluster engine is its client
+process's only, not the cluster's workers'; oocarr's largest per-task peak on the workers
+(``io_stats().total.peak_task_bytes``) is in the JSON's ``info``:
+
+    python scripts/bench.py --executor dask --quick
 """
 
 from __future__ import annotations
@@ -52,6 +64,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_cluster as bc  # noqa: E402
 import bench_workloads as bw  # noqa: E402
 import bench_zarrs as bz  # noqa: E402
 
@@ -239,18 +252,38 @@ WORKLOADS = {
             BOTH,
             {"oocarr": (Peer("Dask", "dask", 1.5), Peer("h5py", "h5py", 1.5))},
         ),
+        Workload(
+            10,
+            bc.WORKLOAD,
+            "on a 2-worker Dask LocalCluster",
+            bc.OPS,
+            (bc.FORMAT,),
+            (WARM,),
+            {
+                "oocarr-dask": (
+                    Peer("dask.array on the cluster", "dask-cluster", 1.0),
+                    Peer("local executor", "oocarr", 0.8),
+                )
+            },
+        ),
     ]
 }
+#: Workloads run only when named (``--only``, ``--executor``): they start clusters.
+ON_REQUEST = (bc.WORKLOAD,)
 
 #: (workload, engine) -> runner(ctx, op, fmt) -> Case, of every workload.
-RUNNERS = {**bw.RUNNERS, **bz.RUNNERS}
+RUNNERS = {**bw.RUNNERS, **bz.RUNNERS, **bc.RUNNERS}
 
 #: Environment of particular workers.  The least-squares loop's matrix-vector products on
 #: 8 MiB slabs are too small for BLAS threads: on a 2-core VM OpenBLAS's thread hand-offs made
 #: them 10-50x slower and erratic, which would flatter oocarr against its I/O reference.
 WORKER_ENV = {("lsq", "loop"): {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}}
 
-SUBJECT_LABELS = {"oocarr": "oocarr", "oocarr-opbyop": "oocarr op-by-op"}
+SUBJECT_LABELS = {
+    "oocarr": "oocarr",
+    "oocarr-opbyop": "oocarr op-by-op",
+    "oocarr-dask": "oocarr on the cluster",
+}
 OP_LABELS = {
     "sum": "sum",
     "mean0": "mean(axis=0)",
@@ -385,7 +418,7 @@ def worker_main(spec_path: str) -> None:
     with open(spec_path) as f:
         spec = json.load(f)
     workload, engine = spec["workload"], spec["engine"]
-    warm_up = bz.prepare_engine(workload, engine, spec["budget"], spec["scratch"])
+    warm_up = bc.prepare_engine(workload, engine, spec["budget"], spec["scratch"])
     warm_up()
     baseline = _status_bytes("VmRSS")
     ready = time.time() - spec["spawned_at"]
@@ -461,15 +494,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--only", metavar="WORKLOAD,...", help=f"workloads by name or number ({names})")
     add("--budget", help="oocarr's memory budget (default 256MB; 512MB for the full run)")
     add("--repeats", type=int, help="timed runs per figure (default 3; 1 with --tiny)")
+    add(
+        "--executor",
+        choices=["dask"],
+        help="dask: run workload 10, oocarr on a 2-worker Dask LocalCluster (with --only: "
+        "added to those workloads)",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
-def _selected(only: str | None) -> list[str]:
+def _selected(only: str | None, executor: str | None = None) -> list[str]:
+    cluster = [bc.WORKLOAD] if executor == "dask" else []
     if not only:
-        return list(WORKLOADS)
+        return cluster or [n for n in WORKLOADS if n not in ON_REQUEST]
     by_number = {str(w.number): name for name, w in WORKLOADS.items()}
     names = [by_number.get(n.strip(), n.strip()) for n in only.split(",") if n.strip()]
+    names += cluster
     unknown = [n for n in names if n not in WORKLOADS]
     if unknown:
         raise SystemExit(f"unknown workload(s) {unknown}; choose from {', '.join(WORKLOADS)}")
@@ -495,7 +536,7 @@ def make_run(args: argparse.Namespace) -> Run:
         parse_size(budget_text),
         budget_text,
         repeats,
-        _selected(args.only),
+        _selected(args.only, args.executor),
     )
 
 
@@ -657,6 +698,8 @@ def size_label(workload: str, sizes: bw.Sizes) -> str:
     """The size column: shapes and bytes."""
     if workload in bz.WORKLOAD_FORMATS:
         return bz.size_label(workload, sizes)
+    if workload == bc.WORKLOAD:
+        return bc.size_label(workload, sizes)
 
     def gib(*shapes: tuple[int, ...]) -> str:
         return _bytes(sum(int(np.prod(s)) for s in shapes) * 4)
@@ -968,9 +1011,10 @@ def ensure_data(run: Run) -> dict[str, float]:
     """Write the data files the selected workloads read that are not there yet."""
     sizes = bw.SIZES[run.mode]
     mine = [w for w in run.workloads if w in bz.WORKLOAD_FORMATS]
-    theirs = [w for w in run.workloads if w not in bz.WORKLOAD_FORMATS]
+    theirs = [w for w in run.workloads if w not in bz.WORKLOAD_FORMATS and w != bc.WORKLOAD]
     generated = bw.ensure_data(run.data_dir, sizes, theirs, run.log)
-    return generated | bz.ensure_data(run.data_dir, sizes, mine, run.log)
+    generated |= bz.ensure_data(run.data_dir, sizes, mine, run.log)
+    return generated | bc.ensure_data(run.data_dir, sizes, run.workloads, run.log)
 
 
 def _remove_if_empty(path: str) -> None:

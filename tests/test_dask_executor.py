@@ -391,3 +391,25 @@ def test_a_copy_whose_client_is_lost_leaves_nothing_at_the_destination(client, d
     assert closed
     with pytest.raises(oocarr.errors.NotFoundError):
         oocarr.open(str(target))
+
+
+def test_hdf5_in_s3_streams_to_the_workers(client, data, s3_server):
+    """An HDF5 file in an object store opens read-only on every worker (by locator, with its
+    storage options): op and stream_sum results have the local bits; copies from it to Zarr
+    are written by the workers."""
+    import s3fs
+
+    a, y, arrays, ys = data
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, **s3_server)
+    fs.put(arrays["hdf5"].store.locator.url, "oocarr-test/dist/a.h5")
+    x = oocarr.open("s3://oocarr-test/dist/a.h5#/a", storage_options=s3_server)
+    mse = oocarr.stream_sum(lambda w, x, y: (x @ w - y) ** 2, mean=True)
+    step = jax.jit(jax.value_and_grad(mse))
+    w = jnp.linspace(-1.0, 1.0, 40, dtype=jnp.float32)
+    with oocarr.memory_budget(4 * BUDGET):  # remote reads hold a fetched batch
+        local = [oocarr.to_numpy(oocarr.sum(x, axis=0)), *step(w, x, ys)]
+        with oocarr.executor(client), distributed.get_task_stream(client) as ran:
+            remote = [oocarr.to_numpy(oocarr.sum(x, axis=0)), *step(w, x, ys)]
+    assert len({t["worker"] for t in ran.data}) == 2
+    assert [_bits(r) for r in remote] == [_bits(v) for v in local]
+    np.testing.assert_allclose(remote[0], a.sum(axis=0), rtol=1e-5, atol=1e-4)

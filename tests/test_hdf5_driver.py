@@ -601,10 +601,10 @@ def test_options_the_driver_does_not_take(h5file, kwargs, error, match):
         oocarr.open(f"{h5file}#/contiguous", **kwargs)
 
 
-def test_remote_urls_point_to_zarr():
-    with pytest.raises(errors.InvalidUrlError, match="fsspec"):
-        oocarr.open("s3://bucket/data.h5#/x")
-    with pytest.raises(errors.InvalidUrlError, match="fsspec"):
+def test_remote_hdf5_is_read_only_and_points_to_zarr():
+    """Remote HDF5 files open read-only (tests/test_hdf5_remote.py); writing one is refused
+    before any request, naming Zarr as the format to write remotely."""
+    with pytest.raises(errors.ReadOnlyError, match="zarr"):
         oocarr.create("https://example.com/data.hdf5#/x", (2,), "f4")
 
 

@@ -413,3 +413,34 @@ def test_hdf5_in_s3_streams_to_the_workers(client, data, s3_server):
     assert len({t["worker"] for t in ran.data}) == 2
     assert [_bits(r) for r in remote] == [_bits(v) for v in local]
     np.testing.assert_allclose(remote[0], a.sum(axis=0), rtol=1e-5, atol=1e-4)
+
+
+def test_op_outputs_in_zarr_scratch_are_written_by_the_workers(client, data, tmp_path):
+    """With Zarr scratch (here on local disk; on a real cluster s3://), an op's output tiles
+    that are whole chunks are written by the tasks themselves, not sent back."""
+    a, _, arrays, _ = data
+    x = arrays["zarr"]
+    written_here = []
+    original = oocarr.engine.run.OOCAlgorithm._write_tile
+
+    def spy(self, out, region, tile):
+        written_here.append(region)
+        return original(self, out, region, tile)
+
+    with oocarr.memory_budget(BUDGET):
+        local = oocarr.to_numpy(oocarr.exp(x * 0.5))
+    try:
+        oocarr.set_scratch_dir(str(tmp_path / "scratch"), driver="fsspec")
+        with pytest.MonkeyPatch.context() as mp, oocarr.memory_budget(BUDGET):
+            mp.setattr(oocarr.engine.run.OOCAlgorithm, "_write_tile", spy)
+            with oocarr.executor(client), distributed.get_task_stream(client) as ran:
+                y = oocarr.exp(x * 0.5)
+                assert y.store.locator.driver == "fsspec"
+                remote = oocarr.to_numpy(y)
+            del y
+    finally:
+        oocarr.set_scratch_dir(None)
+    assert len({t["worker"] for t in ran.data}) == 2
+    assert written_here == []
+    assert _bits(remote) == _bits(local)
+    np.testing.assert_allclose(remote, np.exp(a * 0.5), rtol=1e-6)

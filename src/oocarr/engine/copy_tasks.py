@@ -20,7 +20,7 @@ from .executor import DaskExecutor
 from .op import Region
 from .stats import IOCounts
 
-__all__ = ["CopyTask", "copy_on"]
+__all__ = ["CopyTask", "copy_on", "whole_units"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -74,6 +74,25 @@ class CopyTask:
         return block.nbytes
 
 
+def whole_units(region: Region, units: tuple[int, ...] | None, shape: tuple[int, ...]) -> bool:
+    """Whether ``region`` is made of whole write units (chunks, shards) of an array of
+    ``shape``, the last ones cut only by the array's edge (``units=None``: contiguous
+    storage, which one writer at a time takes whole).
+
+    Examples
+    --------
+    >>> whole_units((slice(0, 8), slice(4, 10)), (4, 4), (10, 10))
+    True
+    >>> whole_units((slice(2, 6),), (4,), (10,))
+    False
+    """
+    if units is None:
+        return False
+    return not any(
+        r.start % u or (r.stop % u and r.stop != n) for r, u, n in zip(region, units, shape)
+    )
+
+
 def copy_on(
     cluster: DaskExecutor,
     source: BlockedArray,
@@ -96,11 +115,8 @@ def copy_on(
     """
     writer = target.parallel_writer()
     units = target.write_chunks
-    for region in regions if units else ():
-        if any(
-            r.start % u or (r.stop % u and r.stop != n)
-            for r, u, n in zip(region, units, target.shape)
-        ):
+    for region in regions:
+        if not whole_units(region, units, target.shape):
             raise InvalidArgumentError(
                 f"{what}: tile {region} of {target.url} cuts its write units {units}; a copy on "
                 "a cluster writes whole chunks or shards only (one writer each)",

@@ -22,6 +22,7 @@ from oocarr.store.blocked import BlockedArray
 
 from .budget import memory_budget_bytes
 from .compile import block_functions, cached
+from .copy_tasks import whole_units
 from .executor import DaskExecutor, current_executor
 from .io import Operand, WriteBehind, prefetched
 from .op import BlockParallelOp, CustomOp, Plan, Region
@@ -240,6 +241,24 @@ class OOCAlgorithm:
         finally:
             record(self.site, self.counts)
 
+    def output_tile(self, operands: list[Operand]) -> tuple[int, ...] | None:
+        """The output tile :meth:`forward` will write (``None`` for a ``CustomOp``, which tiles
+        as it goes): a stored output chunked by it is written in whole chunks.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarr
+        >>> from oocarr.engine import OOCAlgorithm, Operand
+        >>> from oocarr.ops.elementwise import UNARY
+        >>> x = oocarr.from_numpy(np.zeros((1000, 10), "f4"))
+        >>> with oocarr.memory_budget("1MB"):
+        ...     OOCAlgorithm(UNARY["exp"]((1000, 10))).output_tile([Operand(x.store)])
+        (1000, 10)
+        """
+        if isinstance(self.op, CustomOp):
+            return None
+        return tuple(self.forward_plan(operands)[0].out_tile)
+
     def _forward_on(
         self, cluster: DaskExecutor, operands: list[Operand], plan: Plan, itemsize: int, out: Any
     ) -> np.ndarray | None:
@@ -248,17 +267,35 @@ class OOCAlgorithm:
         (the same bytes as :meth:`_forward_loop`)."""
         projected = self.projection(operands, plan, itemsize).nbytes
         self.counts.project(projected)
-        tasks = self.tasks(operands, plan).tasks
+        tasks = self._written_by_workers(self.tasks(operands, plan).tasks, out)
         if tasks:
-            cluster.check_reachable(tasks[0].inputs, self.site)
+            refs = (*tasks[0].inputs, *([out.locator] if tasks[0].writer is not None else []))
+            cluster.check_reachable(refs, self.site)
         cluster.check_fits(projected, self.site)
         with WriteBehind(self._write_tile, out) as writer:
             for task, tile in finished_tiles(tasks, cluster.map(tasks, self.counts)):
                 self.counts.tiles += 1
                 if out is None:
                     return tile
-                writer.submit(task.region, tile)
+                if tile is not None:  # else the worker wrote it
+                    writer.submit(task.region, tile)
         return out if isinstance(out, np.ndarray) else None
+
+    @staticmethod
+    def _written_by_workers(tasks: tuple[TileTask, ...], out: Any) -> tuple[TileTask, ...]:
+        """``tasks``, those whose tile is whole write units of a stored output that takes
+        parallel writers (a pending Zarr array) told to write it themselves: an op's output then
+        never passes through this process.  Tiles folded in groups are written here."""
+        writer = out.parallel_writer() if isinstance(out, BlockedArray) else None
+        if writer is None:
+            return tasks
+        units, shape = out.write_chunks, tuple(out.shape)
+        return tuple(
+            replace(task, writer=writer)
+            if not task.partial and whole_units(task.region, units, shape)
+            else task
+            for task in tasks
+        )
 
     def _steps(self, plan: Plan) -> Iterator[tuple[Region, bool, tuple[Region, ...]]]:
         """Every step in order: its output tile, whether it ends the tile, its input regions."""

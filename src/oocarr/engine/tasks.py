@@ -63,6 +63,9 @@ class TileTask:
     partial: bool = False
     #: Whether the task's steps end its tile (the last group of a tile in several).
     last: bool = True
+    #: The output's :meth:`~oocarr.store.blocked.BlockedArray.parallel_writer` when the task
+    #: writes its finished tile itself (whole write units of the output): it returns ``None``.
+    writer: Any = None
 
     def run(self, counts: IOCounts | None = None) -> np.ndarray:
         """Compute this tile: open the stored inputs by locator, fold every step, finish
@@ -90,11 +93,24 @@ class TileTask:
             acc = None
             for regions in self.steps:
                 acc = folder.fold(acc, [o.read(r) for o, r in zip(operands, regions)])
-            return np.asarray(acc) if self.partial else folder.finish(acc, self.region)
+            if self.partial:
+                return np.asarray(acc)
+            tile = folder.finish(acc, self.region)
         finally:
             for store in stores:
                 if store is not None:
                     store.close()
+        if self.writer is None:
+            return tile
+        target = self.writer.open()
+        try:
+            value = tile.astype(target.dtype, copy=False)
+            target.write_region(self.region, value)
+        finally:
+            target.close()
+        if counts is not None:
+            counts.count_written(value.nbytes)
+        return None
 
 
 def finished_tiles(

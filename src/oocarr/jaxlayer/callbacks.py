@@ -182,12 +182,16 @@ def open_store(locator: Locator, mode: str = "r") -> BlockedArray:
     return get_driver(locator.driver).open(locator, mode)
 
 
-def create_store(locator: Locator, shape: tuple[int, ...], dtype: Any) -> BlockedArray:
+def create_store(
+    locator: Locator, shape: tuple[int, ...], dtype: Any, chunks: tuple[int, ...] | None = None
+) -> BlockedArray:
     """Create (or replace) the array at ``locator``, zero-filled, with its driver.
 
     An array the user stored there (not a scratch array) is replaced by one
     with the same chunks, compression and attributes: ``update_`` and the
-    optimizers' in-place updates change values, never the layout.
+    optimizers' in-place updates change values, never the layout.  A scratch
+    array takes ``chunks`` where its driver is chunked (an op's output tiles:
+    each tile then whole chunks, which a cluster's workers write themselves).
 
     Examples
     --------
@@ -200,7 +204,12 @@ def create_store(locator: Locator, shape: tuple[int, ...], dtype: Any) -> Blocke
     [0.0, 0.0]
     """
     driver = get_driver(locator.driver)
-    layout = {} if is_scratch(locator) else _stored_layout(driver, locator, shape)
+    if not is_scratch(locator):
+        layout = _stored_layout(driver, locator, shape)
+    elif chunks is not None and driver.supports_chunks and len(chunks) == len(shape):
+        layout = {"chunks": tuple(max(1, min(c, n)) for c, n in zip(chunks, shape))}
+    else:
+        layout = {}
     return driver.create(locator, shape, dtype, overwrite=True, **layout)
 
 

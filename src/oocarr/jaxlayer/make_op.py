@@ -110,7 +110,8 @@ class Forward(VJPHiPrimitive):
                     return np.asarray(algo.forward(operands), dtype=out_aval.dtype)
                 return algo.forward(operands, np.empty(out_aval.shape, out_aval.dtype))
             check_writable(out_aval)
-            with create_store(out_aval.locator, out_aval.shape, out_aval.dtype) as out:
+            chunks = algo.output_tile(operands)
+            with create_store(out_aval.locator, out_aval.shape, out_aval.dtype, chunks) as out:
                 algo.forward(operands, out)
             return marker()
 

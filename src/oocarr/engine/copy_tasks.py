@@ -17,6 +17,7 @@ from oocarr.store.locator import Locator
 from oocarr.store.registry import get_driver
 
 from .executor import DaskExecutor
+from .io import TASK_BUFFERS
 from .op import Region
 from .stats import IOCounts
 
@@ -59,7 +60,7 @@ class CopyTask:
         """
         source = get_driver(self.source.driver).open(self.source, "r")
         try:
-            block = source.read_region(self.region)
+            block = source.read_view(self.region, TASK_BUFFERS.empty)
         finally:
             source.close()
         if counts is not None:

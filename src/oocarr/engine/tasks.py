@@ -23,7 +23,7 @@ import numpy as np
 from oocarr.store.locator import Locator
 from oocarr.store.registry import get_driver
 
-from .io import Operand
+from .io import TASK_BUFFERS, Operand
 from .op import BlockParallelOp, Plan, Region
 from .stats import IOCounts
 from .tiles import StepGradient, TileFolder
@@ -87,7 +87,8 @@ class TileTask:
         ]
         try:
             operands = [
-                Operand(s if s is not None else i, counts) for s, i in zip(stores, self.inputs)
+                Operand(s if s is not None else i, counts, TASK_BUFFERS)
+                for s, i in zip(stores, self.inputs)
             ]
             folder = TileFolder(self.op, self.plan, self.dtypes)
             acc = None
@@ -188,9 +189,11 @@ class BackwardTask:
         counted into ``counts`` when given)."""
         inputs, tiles = _open_all(self.inputs), _open_all(self.tiles)
         try:
-            blocks = [Operand(v, counts).read(r) for v, r in zip(inputs, self.in_regions)]
+            blocks = [
+                Operand(v, counts, TASK_BUFFERS).read(r) for v, r in zip(inputs, self.in_regions)
+            ]
             tile_blocks = [
-                Operand(v, counts).read(self.region if n else ())
+                Operand(v, counts, TASK_BUFFERS).read(self.region if n else ())
                 for v, n in zip(tiles, self.tile_ndims)
             ]
             gradient = StepGradient(

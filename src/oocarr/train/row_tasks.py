@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from oocarr.engine.io import Operand
+from oocarr.engine.io import TASK_BUFFERS, Operand
 from oocarr.engine.stats import IOCounts
 from oocarr.jaxlayer.callbacks import open_store
 from oocarr.store.locator import Locator
@@ -135,7 +135,7 @@ class RowTask:
                     blocks.append(value)
                     continue
                 rows = (slice(self.start, self.stop), *(slice(0, d) for d in store.shape[1:]))
-                blocks.append(Operand(store, counts).read(rows))
+                blocks.append(Operand(store, counts, TASK_BUFFERS).read(rows))
             return tile_partial(self.spec, self.wanted, self.leaves, blocks, self.tile)
         finally:
             for store in stores:

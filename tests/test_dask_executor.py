@@ -32,7 +32,7 @@ def client():
             threads_per_worker=1,
             processes=True,
             host="127.0.0.1",
-            dashboard_address=None,
+            dashboard_address="127.0.0.1:0",
             memory_limit="2GiB",
         ) as cluster,
         distributed.Client(cluster) as client,
@@ -146,7 +146,7 @@ def test_a_budget_the_workers_cannot_hold_is_refused_before_any_task(data, tmp_p
             n_workers=1,
             threads_per_worker=2,
             processes=False,  # in-process transport: no port opened
-            dashboard_address=None,
+            dashboard_address="127.0.0.1:0",
             memory_limit="1MiB",  # 512 KiB a task: less than one tile of this array
         ) as cluster,
         distributed.Client(cluster) as small,
@@ -196,7 +196,7 @@ def test_set_executor_and_bad_arguments(client):
 
 def test_a_closed_client_is_a_clear_error(data):
     _, _, arrays, _ = data
-    with distributed.LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster:
+    with distributed.LocalCluster(n_workers=1, processes=False, dashboard_address="127.0.0.1:0") as cluster:
         gone = distributed.Client(cluster)
     gone.close()
     with oocarr.memory_budget(BUDGET), oocarr.executor(gone):

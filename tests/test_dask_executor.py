@@ -196,7 +196,9 @@ def test_set_executor_and_bad_arguments(client):
 
 def test_a_closed_client_is_a_clear_error(data):
     _, _, arrays, _ = data
-    with distributed.LocalCluster(n_workers=1, processes=False, dashboard_address="127.0.0.1:0") as cluster:
+    with distributed.LocalCluster(
+        n_workers=1, processes=False, dashboard_address="127.0.0.1:0"
+    ) as cluster:
         gone = distributed.Client(cluster)
     gone.close()
     with oocarr.memory_budget(BUDGET), oocarr.executor(gone):
@@ -444,3 +446,21 @@ def test_op_outputs_in_zarr_scratch_are_written_by_the_workers(client, data, tmp
     assert written_here == []
     assert _bits(remote) == _bits(local)
     np.testing.assert_allclose(remote, np.exp(a * 0.5), rtol=1e-6)
+
+
+def test_a_long_call_shows_its_tasks_progress(client, data, capsys, monkeypatch):
+    from oocarr.engine import executor as executor_module
+
+    monkeypatch.setattr(executor_module, "PROGRESS_AFTER", 0.0)
+    _, _, arrays, _ = data
+    with oocarr.memory_budget(BUDGET):
+        with oocarr.executor(client, progress=True):
+            oocarr.to_numpy(arrays["zarr"] * 2.0)
+        shown = capsys.readouterr().err
+        with oocarr.executor(client, progress=False):
+            oocarr.to_numpy(arrays["zarr"] * 2.0)
+    assert "tasks (" in shown and shown.endswith("\n")
+    done, total = shown.strip().rsplit("\r", 1)[-1].split(": ", 1)[1].split(" tasks")[0].split("/")
+    assert done == total and int(total) > 1
+    assert "test_dask_executor.py:" in shown  # the call site is named
+    assert capsys.readouterr().err == ""

@@ -83,7 +83,7 @@ def _stats_on(
     cluster.check_reachable((store.locator,), site)
     cluster.check_fits(projected, site)
     try:
-        for task, moments in zip(tasks, cluster.map(tasks, counts)):
+        for task, moments in zip(tasks, cluster.map(tasks, counts, site)):
             counts.tiles += 1
             yield moments, math.prod(s.stop - s.start for s in task.region) * store.itemsize
     finally:

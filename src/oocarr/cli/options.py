@@ -76,7 +76,8 @@ class Settings:
         with reported(), contextlib.ExitStack() as stack:
             stack.enter_context(_notes())
             if self.executor is not None:
-                stack.enter_context(oocarr.executor(self.executor))
+                # the commands draw their own progress bars
+                stack.enter_context(oocarr.executor(self.executor, progress=False))
             if self.memory is not None:
                 stack.enter_context(oocarr.memory_budget(self.memory))
             yield

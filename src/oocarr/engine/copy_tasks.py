@@ -126,7 +126,7 @@ def copy_on(
     cluster.check_reachable((source.locator, target.locator), what)
     cluster.check_fits(projected, what)
     tasks = [CopyTask(source.locator, writer, region) for region in regions]
-    for nbytes in cluster.map(tasks, counts):
+    for nbytes in cluster.map(tasks, counts, what):
         counts.tiles += 1
         if advance is not None:
             advance(nbytes)

@@ -17,7 +17,9 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import sys
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -63,9 +65,13 @@ class DaskExecutor:
     [15.0]
     """
 
-    def __init__(self, client: Any, *, owns_client: bool = False) -> None:
+    def __init__(
+        self, client: Any, *, owns_client: bool = False, progress: bool | None = None
+    ) -> None:
         self.client = client
         self.owns_client = owns_client
+        #: Show a call's progress on standard error (``None``: when it is a terminal).
+        self.progress = progress
         self._local: bool | None = None
 
     def close(self) -> None:
@@ -99,16 +105,20 @@ class DaskExecutor:
                 "memory budget (oocarr.memory_budget) or give the workers more memory per thread"
             )
 
-    def map(self, tasks: Sequence[Any], counts: IOCounts | None = None) -> Iterator[Any]:
+    def map(
+        self, tasks: Sequence[Any], counts: IOCounts | None = None, what: str = "oocarr"
+    ) -> Iterator[Any]:
         """``task.run()`` of every task on the workers, yielded in task order; what the
         workers read is added to ``counts``; each result is released on the cluster once it
-        is here, and what is still queued is cancelled when the caller stops early."""
+        is here, and what is still queued is cancelled when the caller stops early.  A call
+        that lasts shows ``what: done/total tasks`` on standard error (see ``progress``)."""
         if not tasks:
             return
         try:
             futures = self.client.map(_run, list(tasks), retries=RETRIES, pure=False)
         except Exception as err:  # the client is closed or the scheduler is gone
             raise ExecutorError(f"could not submit {len(tasks)} tasks to {self}: {err}") from err
+        shown = TaskProgress(what, len(futures), self.progress)
         try:
             for future in futures:
                 value, worker_counts = self._result(future)
@@ -116,8 +126,10 @@ class DaskExecutor:
                     future.release()
                 if counts is not None:
                     counts.add(worker_counts)
+                shown.advance()
                 yield value
         finally:
+            shown.close()
             with contextlib.suppress(Exception):
                 self.client.cancel(futures)
 
@@ -194,6 +206,56 @@ class DaskExecutor:
             raise ExecutorError(f"cannot reach the scheduler of {self}: {err}") from err
 
 
+class TaskProgress:
+    """``what: done/total tasks (elapsed)`` on one standard-error line, redrawn at most every
+    :data:`PROGRESS_EVERY` seconds once a call has run :data:`PROGRESS_AFTER` seconds, and only
+    where standard error is a terminal (unless ``enabled`` says otherwise).
+
+    Examples
+    --------
+    >>> bar = TaskProgress("sum", 3, enabled=False)
+    >>> for _ in range(3):
+    ...     bar.advance()
+    >>> bar.done
+    3
+    """
+
+    def __init__(self, what: str, total: int, enabled: bool | None = None) -> None:
+        self.what, self.total, self.done = what, total, 0
+        if enabled is None:
+            enabled = bool(getattr(sys.stderr, "isatty", lambda: False)())
+        self.enabled = enabled
+        self.start = self._drawn = time.monotonic()
+        self._shown = False
+
+    def advance(self) -> None:
+        """One more task done."""
+        self.done += 1
+        now = time.monotonic()
+        due = not self._shown or now - self._drawn >= PROGRESS_EVERY or self.done == self.total
+        if self.enabled and now - self.start >= PROGRESS_AFTER and due:
+            self._draw(now)
+
+    def close(self) -> None:
+        """End the line, if one was drawn."""
+        if self._shown:
+            self._draw(time.monotonic())
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+            self._shown = False
+
+    def _draw(self, now: float) -> None:
+        seconds = now - self.start
+        sys.stderr.write(f"\r{self.what}: {self.done}/{self.total} tasks ({seconds:.1f} s)")
+        sys.stderr.flush()
+        self._drawn, self._shown = now, True
+
+
+#: Seconds a call runs before its progress is shown, and between redraws.
+PROGRESS_AFTER = 0.5
+PROGRESS_EVERY = 0.2
+
+
 def _run(task: Any) -> tuple[bool, Any, IOCounts]:
     """Run ``task`` on a worker, counting what it reads and the resident memory it adds.  An
     oocarr error (bad data, a budget) is the answer, not a fault: it comes back as a value, so
@@ -247,7 +309,7 @@ def _mb(n: int) -> str:
     return f"{n / 2**20:.1f} MiB"
 
 
-def _as_executor(client: Any) -> DaskExecutor | None:
+def _as_executor(client: Any, progress: bool | None = None) -> DaskExecutor | None:
     if client is None or isinstance(client, DaskExecutor):
         return client
     try:
@@ -257,13 +319,13 @@ def _as_executor(client: Any) -> DaskExecutor | None:
             "oocarr.executor needs Dask distributed: pip install 'oocarr[dask]'"
         ) from err
     if isinstance(client, str):
-        return DaskExecutor(_connect(Client, client), owns_client=True)
+        return DaskExecutor(_connect(Client, client), owns_client=True, progress=progress)
     if not isinstance(client, Client):
         raise InvalidArgumentError(
             f"oocarr.executor takes a distributed.Client (or a scheduler address), "
             f"got {type(client).__name__}"
         )
-    return DaskExecutor(client)
+    return DaskExecutor(client, progress=progress)
 
 
 def _connect(client_class: Any, address: str) -> Any:
@@ -277,7 +339,7 @@ def _connect(client_class: Any, address: str) -> Any:
         ) from None
 
 
-def set_executor(client: Any) -> None:
+def set_executor(client: Any, *, progress: bool | None = None) -> None:
     """Run plans on ``client``'s cluster from now on (``None``: in this process again),
     outside any :func:`executor` block.
 
@@ -285,6 +347,9 @@ def set_executor(client: Any) -> None:
     ----------
     client : distributed.Client, str or None
         A connected client, a scheduler address (``"tcp://host:8786"``), or ``None``.
+    progress : bool, optional
+        Show each call's ``done/total tasks`` on standard error (default: when it is a
+        terminal).
 
     Examples
     --------
@@ -294,7 +359,7 @@ def set_executor(client: Any) -> None:
     True
     """
     global _global
-    value = _as_executor(client)
+    value = _as_executor(client, progress)
     with _lock:
         previous, _global = _global, value
     if previous is not None and previous is not value:
@@ -302,7 +367,7 @@ def set_executor(client: Any) -> None:
 
 
 @contextlib.contextmanager
-def executor(client: Any) -> Iterator[DaskExecutor | None]:
+def executor(client: Any, *, progress: bool | None = None) -> Iterator[DaskExecutor | None]:
     """Run plans on ``client``'s cluster inside a ``with`` block (in every thread of the
     process while it is open; blocks nest).
 
@@ -311,6 +376,9 @@ def executor(client: Any) -> Iterator[DaskExecutor | None]:
     client : distributed.Client, str or None
         A connected client, a scheduler address (connected here and closed when the block
         ends), or ``None`` (run here).
+    progress : bool, optional
+        Show each call's ``done/total tasks`` on standard error (default: when it is a
+        terminal).
 
     Examples
     --------
@@ -319,7 +387,7 @@ def executor(client: Any) -> Iterator[DaskExecutor | None]:
     ...     ex is None
     True
     """
-    value = _as_executor(client)
+    value = _as_executor(client, progress)
     with _lock:
         _stack.append(value)
     try:

@@ -273,7 +273,7 @@ class OOCAlgorithm:
             cluster.check_reachable(refs, self.site)
         cluster.check_fits(projected, self.site)
         with WriteBehind(self._write_tile, out) as writer:
-            for task, tile in finished_tiles(tasks, cluster.map(tasks, self.counts)):
+            for task, tile in finished_tiles(tasks, cluster.map(tasks, self.counts, self.site)):
                 self.counts.tiles += 1
                 if out is None:
                     return tile
@@ -420,7 +420,7 @@ class OOCAlgorithm:
                 if tasks:
                     cluster.check_reachable((*tasks[0].inputs, *tasks[0].tiles), self.site)
                 cluster.check_fits(projected, self.site)
-                for result in cluster.map(tasks, self.counts):
+                for result in cluster.map(tasks, self.counts, self.site):
                     for i, region, grad in result:
                         _accumulate(targets[i], region, grad, self.counts)
                 self.counts.tiles += len(tasks)

@@ -291,7 +291,7 @@ def _stream_on(
     if plan.tasks:
         cluster.check_reachable(plan.tasks[0].inputs, site)
     cluster.check_fits(plan.projected, site)
-    partials = cluster.map(plan.tasks, counts)
+    partials = cluster.map(plan.tasks, counts, site)
     counts.tiles += len(plan.tasks)
     return plan.combine(partials)
 

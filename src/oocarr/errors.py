@@ -27,6 +27,7 @@ __all__ = [
     "StorageBusyError",
     "WriteError",
     "ExecutorError",
+    "StorageAccessError",
 ]
 
 
@@ -117,6 +118,12 @@ class StorageBusyError(OocarrError, BlockingIOError):
 class ExecutorError(OocarrError, RuntimeError):
     """The cluster running a plan failed it: the scheduler is gone, the computation was
     cancelled, or every worker that ran a task died.  Nothing was committed."""
+
+
+class StorageAccessError(OocarrError, OSError):
+    """The storage could not be reached or refused the request: no connection to the
+    endpoint, missing or rejected credentials, a timeout (raised by the storage's own client
+    library, e.g. botocore, and named here with the URL)."""
 
 
 class WriteError(OocarrError, OSError):

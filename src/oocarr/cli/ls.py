@@ -11,6 +11,7 @@ from oocarr.store import BlockedArray
 from oocarr.store.dtypes import byte_order
 from oocarr.store.locator import split_url
 from oocarr.store.registry import get_driver, guess_driver
+from oocarr.store.storage_errors import transport_failures
 
 from .errors import EXIT_CODES_HELP
 from .options import Settings, global_options, pass_settings
@@ -106,8 +107,9 @@ def ls(settings: Settings, url: str, as_json: bool) -> None:
     with settings.session():
         container, inner = split_url(url)
         options = settings.options_for(container) or {}
-        driver = listing_driver(container, options, settings.driver)
-        entries = driver.list_arrays(container, inner, options)
+        with transport_failures("listing", url):
+            driver = listing_driver(container, options, settings.driver)
+            entries = driver.list_arrays(container, inner, options)
     if as_json:
         echo_json({"url": url, "driver": driver.name, "entries": [entry_json(e) for e in entries]})
     elif not entries:

@@ -29,6 +29,7 @@ from oocarr.errors import (
     InvalidArgumentError,
     MissingDependencyError,
     OocarrError,
+    StorageAccessError,
 )
 from oocarr.store.locator import Locator
 
@@ -265,6 +266,8 @@ def _run(task: Any) -> tuple[bool, Any, IOCounts]:
     before = _reset_peak_rss()
     try:
         return True, task.run(counts), counts
+    except StorageAccessError:
+        raise  # an endpoint or credential hiccup on this worker: distributed runs it again
     except OocarrError as err:
         return False, err, counts
     finally:

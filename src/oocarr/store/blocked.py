@@ -56,6 +56,7 @@ from .dtypes import as_dtype, byte_order, dtype_name
 from .locator import Locator, normalize_container
 from .regions import check_region, parse_key
 from .scratch import is_scratch
+from .storage_errors import transport_failures
 
 __all__ = ["BlockedArray", "jsonable_attrs", "reopen", "require_exists", "corrupt", "temp_sibling"]
 
@@ -361,7 +362,8 @@ class BlockedArray(abc.ABC):
             )
         lock = None if mode == "r" or is_scratch(locator) else locks.acquire(locator)
         with locks.released_on_error(lock):
-            store = cls._open(locator, mode)
+            with transport_failures("opening", locator.full_url):
+                store = cls._open(locator, mode)
         store._writer_lock = lock
         return store
 
@@ -459,12 +461,15 @@ class BlockedArray(abc.ABC):
             )
         lock = None if is_scratch(locator) else locks.acquire(locator)
         with locks.released_on_error(lock):
-            if not overwrite and cls.exists(locator):
+            with transport_failures("creating", url):
+                taken = not overwrite and cls.exists(locator)
+            if taken:
                 raise AlreadyExistsError(
                     f"an array already exists at {url}; pass overwrite=True to replace it",
                     url=url,
                 )
-            store = cls._create(locator, shape, dtype, chunks, comp, attrs, overwrite)
+            with transport_failures("creating", url):
+                store = cls._create(locator, shape, dtype, chunks, comp, attrs, overwrite)
             store._guard_pending()
         store._writer_lock = lock
         return store
@@ -776,7 +781,8 @@ class BlockedArray(abc.ABC):
                     f"out= for {self.url} must be a writeable C-contiguous array", url=self.url
                 )
         if out.size:
-            self._read(region, out)
+            with transport_failures("reading", self.url):
+                self._read(region, out)
         return out
 
     def read_view(
@@ -877,7 +883,8 @@ class BlockedArray(abc.ABC):
             )
         self._check_cast(value.dtype, "safe")
         if value.size:
-            self._write(region, np.asarray(value, dtype=self._dtype, order="C"))
+            with transport_failures("writing", self.url):
+                self._write(region, np.asarray(value, dtype=self._dtype, order="C"))
 
     def _check_cast(self, dtype: np.dtype, casting: str) -> None:
         if dtype != self._dtype and not np.can_cast(dtype, self._dtype, casting=casting):
@@ -951,8 +958,9 @@ class BlockedArray(abc.ABC):
         """
         if self._pending:
             try:
-                self._flush()
-                self._commit()
+                with transport_failures("committing", self.url):
+                    self._flush()
+                    self._commit()
             except BaseException:
                 self.abort()
                 raise

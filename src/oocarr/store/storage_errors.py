@@ -3,12 +3,62 @@ read-only filesystem, permission lost) becomes the oocarr error that names the U
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import re
+from collections.abc import Iterator
 
-from oocarr.errors import OocarrError, ReadOnlyError, WriteError
+from oocarr.errors import OocarrError, ReadOnlyError, StorageAccessError, WriteError
 
-__all__ = ["storage_error"]
+__all__ = ["storage_error", "transport_failures"]
+
+#: Modules of the storage clients fsspec's backends use, whose errors are not ``OSError``s:
+#: a missing credential or an unreachable endpoint raised from inside them names neither the
+#: URL nor a fix, and escapes ``except OSError`` (the CLI printed a traceback).
+_TRANSPORT_MODULES = (
+    "botocore.",
+    "aiobotocore.",
+    "aiohttp.",
+    "google.auth.",
+    "google.api_core.",
+    "azure.core.",
+    "requests.",
+    "urllib3.",
+)
+
+
+@contextlib.contextmanager
+def transport_failures(action: str, url: str) -> Iterator[None]:
+    """Turn an error of a storage client library (not an ``OSError``) raised inside the block
+    into :class:`~oocarr.errors.StorageAccessError` naming ``url``.
+
+    Examples
+    --------
+    >>> class NoCredentialsError(Exception):
+    ...     pass
+    >>> NoCredentialsError.__module__ = "botocore.exceptions"
+    >>> try:
+    ...     with transport_failures("reading", "s3://b/a.zarr"):
+    ...         raise NoCredentialsError("Unable to locate credentials")
+    ... except OSError as err:
+    ...     print(type(err).__name__, str(err)[:50])
+    StorageAccessError reading s3://b/a.zarr failed: Unable to locate cre
+    """
+    try:
+        yield
+    except (OocarrError, OSError):
+        raise
+    except Exception as err:
+        module = type(err).__module__ + "."
+        if not module.startswith(_TRANSPORT_MODULES):
+            raise
+        text = " ".join(str(err).split()) or type(err).__name__
+        raise StorageAccessError(
+            f"{action} {url} failed: {text} ({type(err).__name__}); check the endpoint, the "
+            "network and the credentials (storage_options, or the client's own configuration)",
+            url=url,
+        ) from err
+
 
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 _NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)

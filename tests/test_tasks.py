@@ -242,7 +242,7 @@ class _InProcess(DaskExecutor):
     def __init__(self):
         super().__init__(None)
 
-    def map(self, tasks, counts=None):
+    def map(self, tasks, counts=None, what="oocarr"):
         for task in tasks:
             yield pickle.loads(pickle.dumps(task)).run(counts)
 

@@ -967,7 +967,7 @@ def machine_lines(run: Run, description: dict[str, Any], elapsed: float) -> list
     """The machine, the versions and how the run measured, as Markdown bullets."""
     fs = description["filesystem"]
     versions = ", ".join(f"{k} {v}" for k, v in description["versions"].items() if v)
-    return [
+    lines = [
         f"- CPU: {description['cpu']}, {description['cores_usable']} cores usable; "
         f"RAM {_bytes(description['ram_bytes'])}; {description['os']}",
         f"- data: `{description['data_dir']}` on {fs['device']} ({fs['type']}, mounted at "
@@ -988,6 +988,14 @@ def machine_lines(run: Run, description: dict[str, Any], elapsed: float) -> list
         "with one call and sum in slabs of chunk layers (8 MiB row slabs for h5py); Dask "
         "reads whole shards per task; oocarr is `to_numpy(open(url))` and `sum(open(url))`",
     ]
+    if bc.WORKLOAD in run.workloads:
+        lines.append(
+            "- cluster (workload 10): oocarr inside `oocarr.executor(client)` and `dask.array` "
+            "with the client of a 2-worker `LocalCluster` (processes of one thread) each; the "
+            "RSS columns are the client process's only (oocarr's per-task peak on the workers "
+            "is in the JSON's `info.peak_task_bytes`)"
+        )
+    return lines
 
 
 def write_outputs(run: Run, args: argparse.Namespace, report: dict[str, Any]) -> None:

@@ -464,3 +464,27 @@ def test_a_long_call_shows_its_tasks_progress(client, data, capsys, monkeypatch)
     assert done == total and int(total) > 1
     assert "test_dask_executor.py:" in shown  # the call site is named
     assert capsys.readouterr().err == ""
+
+
+def test_softmax_row_panels_run_on_the_workers(client, data, tmp_path):
+    """A custom op with independent parts (softmax's row panels) runs a task per panel, each
+    writing its panel into Zarr scratch; with .npy scratch it runs here, as before."""
+    a, _, arrays, _ = data
+    x = arrays["zarr"]
+    with oocarr.memory_budget(BUDGET):
+        local = oocarr.to_numpy(oocarr.softmax(x, axis=1))
+        try:
+            oocarr.set_scratch_dir(str(tmp_path / "scratch"), driver="fsspec")
+            with oocarr.executor(client), distributed.get_task_stream(client) as ran:
+                y = oocarr.softmax(x, axis=1)
+                remote = oocarr.to_numpy(y)
+                del y
+        finally:
+            oocarr.set_scratch_dir(None)
+        with oocarr.executor(client), distributed.get_task_stream(client) as here:
+            assert _bits(oocarr.to_numpy(oocarr.softmax(x, axis=1))) == _bits(local)
+    assert len(ran.data) > 2 and len({t["worker"] for t in ran.data}) == 2
+    assert here.data == []
+    assert _bits(remote) == _bits(local)
+    e = np.exp(a - a.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(remote, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)

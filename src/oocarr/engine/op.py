@@ -331,6 +331,21 @@ class CustomOp(Op):
         """Read ``run.inputs`` and write every output tile with ``run.write``."""
         raise NotImplementedError
 
+    def parts(self, run: Run) -> list[Any] | None:
+        """The forward pass's independent parts (picklable), each written whole by
+        :meth:`forward_part`, so a cluster can run them as tasks; ``None`` (the default): the
+        forward pass runs only as a whole, in the calling process."""
+        return None
+
+    def part_regions(self, part: Any) -> list[Region]:
+        """The output regions :meth:`forward_part` writes for ``part``."""
+        raise NotImplementedError
+
+    def forward_part(self, run: Run, part: Any) -> None:
+        """Write the output tiles of one of :meth:`parts` (``forward`` is then every part in
+        order)."""
+        raise NotImplementedError
+
     def backward(self, run: Run) -> None:
         """Read ``run.g`` (and ``run.out`` when ``needs_output``) and the inputs, and add each
         input's gradient with ``run.accumulate``."""

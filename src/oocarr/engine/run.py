@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -21,8 +21,9 @@ from oocarr.store import pages
 from oocarr.store.blocked import BlockedArray
 
 from .budget import memory_budget_bytes
-from .compile import block_functions, cached
+from .compile import block_functions
 from .copy_tasks import whole_units
+from .custom_tasks import CustomPartTask, RunTools
 from .executor import DaskExecutor, current_executor
 from .io import Operand, WriteBehind, prefetched
 from .op import BlockParallelOp, CustomOp, Plan, Region
@@ -40,7 +41,7 @@ from .plan import (
 )
 from .stats import IOCounts, record
 from .tasks import BackwardPlan, BackwardTask, TilePlan, TileTask, finished_tiles
-from .tiles import Nominal, StepGradient, TileFolder, crop_to, pad
+from .tiles import Nominal, StepGradient, TileFolder
 
 __all__ = ["OOCAlgorithm", "CustomRun"]
 
@@ -230,6 +231,9 @@ class OOCAlgorithm:
             if isinstance(self.op, CustomOp):
                 itemsize = self.op.tile_itemsize([np.dtype(o.value.dtype) for o in operands])
                 run = CustomRun(self, operands, itemsize)
+                cluster = current_executor()
+                if cluster is not None and self._custom_on(cluster, run, operands, out):
+                    return None
                 return run.forward(out)
             plan, itemsize = self.forward_plan(operands)
             cluster = current_executor()
@@ -241,9 +245,33 @@ class OOCAlgorithm:
         finally:
             record(self.site, self.counts)
 
+    def _custom_on(
+        self, cluster: DaskExecutor, run: CustomRun, operands: list[Operand], out: Any
+    ) -> bool:
+        """A custom op's forward pass as a task per part on ``cluster``, when the op has
+        independent parts and the output takes their writes (whole chunks of a pending Zarr
+        array); ``False`` (nothing run) otherwise."""
+        writer = out.parallel_writer() if isinstance(out, BlockedArray) else None
+        parts = None if writer is None else self.op.parts(run)
+        if not parts:
+            return False
+        units, shape = out.write_chunks, tuple(out.shape)
+        regions = (r for part in parts for r in self.op.part_regions(part))
+        if not all(whole_units(r, units, shape) for r in regions):
+            return False
+        inputs = tuple(o.value.locator if o.stored else np.asarray(o.value) for o in operands)
+        tasks = [CustomPartTask(self.op, inputs, part, writer) for part in parts]
+        cluster.check_reachable((*inputs, out.locator), self.site)
+        budget = memory_budget_bytes()  # the run sizes its tiles from it: a task holds no more
+        self.counts.project(budget)
+        cluster.check_fits(budget, self.site)
+        for _ in cluster.map(tasks, self.counts, self.site):
+            self.counts.tiles += 1
+        return True
+
     def output_tile(self, operands: list[Operand]) -> tuple[int, ...] | None:
-        """The output tile :meth:`forward` will write (``None`` for a ``CustomOp``, which tiles
-        as it goes): a stored output chunked by it is written in whole chunks.
+        """The output tile :meth:`forward` will write (a ``CustomOp``'s run's tile): a stored
+        output chunked by it is written in whole chunks.
 
         Examples
         --------
@@ -256,7 +284,8 @@ class OOCAlgorithm:
         (1000, 10)
         """
         if isinstance(self.op, CustomOp):
-            return None
+            itemsize = self.op.tile_itemsize([np.dtype(o.value.dtype) for o in operands])
+            return CustomRun(self, operands, itemsize).tile_shape(self.op.output_shape)
         return tuple(self.forward_plan(operands)[0].out_tile)
 
     def _forward_on(
@@ -502,7 +531,7 @@ class OOCAlgorithm:
         return BackwardPlan(tasks, wanted)
 
 
-class CustomRun:
+class CustomRun(RunTools):
     """What a :class:`~oocarr.engine.op.CustomOp` drives its loops with, for one call.
 
     Attributes
@@ -563,28 +592,6 @@ class CustomRun:
         grid = pages.grid_shape(shape, tile)
         for index in np.ndindex(*grid) if grid else [()]:
             yield pages.block_region(index, tile, shape)
-
-    # -- streaming ----------------------------------------------------------
-    def stream(
-        self, regions: Iterable[Region], operands: list[Operand]
-    ) -> Iterator[tuple[Region, list[np.ndarray]]]:
-        """``(region, [operand blocks])`` per region, the next region's blocks read in the
-        background while the caller computes."""
-        return prefetched(regions, lambda r: [o.read(r) for o in operands])
-
-    def jit(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """``jax.jit(fn)``, compiled once per op and parameters (keyed by ``fn``'s name)."""
-        return cached((self.op.block_key, fn.__name__), fn)
-
-    @staticmethod
-    def pad(block: np.ndarray, shape: tuple[int, ...], value: float = 0.0) -> np.ndarray:
-        """``block`` padded with ``value`` to ``shape`` (so edge tiles reuse one compilation)."""
-        return pad(block, tuple(shape), "constant", value)
-
-    @staticmethod
-    def crop(array: Any, region: Region) -> np.ndarray:
-        """``array`` cut back to the shape of ``region``."""
-        return crop_to(np.asarray(array), tuple(r.stop - r.start for r in region))
 
     # -- output -----------------------------------------------------------
     def write(self, region: Region, tile: np.ndarray) -> None:

@@ -86,16 +86,27 @@ class Softmax(CustomOp):
         return np.full(shape, value, dtype)
 
     def forward(self, run: Run) -> None:
+        for panel in self._panels(run):
+            self.forward_part(run, panel)
+
+    def parts(self, run: Run) -> list[tuple[list[Region], tuple[int, ...]]]:
+        """The row panels: each one's statistics and outputs need no other panel."""
+        return list(self._panels(run))
+
+    def part_regions(self, part: tuple[list[Region], tuple[int, ...]]) -> list[Region]:
+        return part[0]
+
+    def forward_part(self, run: Run, part: tuple[list[Region], tuple[int, ...]]) -> None:
+        columns, tile = part
         dtype = np.result_type(run.inputs[0].dtype, np.float32)
         stats, normalize = run.jit(self._stats_block), run.jit(self._normalize_block)
-        for columns, tile in self._panels(run):
-            m = self._panel_buffer(tile, dtype, -np.inf)
-            s = self._panel_buffer(tile, dtype, 0.0)
-            for _, (block,) in run.stream(columns, run.inputs):
-                m, s = jax.block_until_ready(stats(m, s, run.pad(block, tile, -np.inf)))
-            for region, (block,) in run.stream(columns, run.inputs):
-                y = normalize(run.pad(block, tile, -np.inf), m, s)
-                run.write(region, run.crop(y, region))
+        m = self._panel_buffer(tile, dtype, -np.inf)
+        s = self._panel_buffer(tile, dtype, 0.0)
+        for _, (block,) in run.stream(columns, run.inputs):
+            m, s = jax.block_until_ready(stats(m, s, run.pad(block, tile, -np.inf)))
+        for region, (block,) in run.stream(columns, run.inputs):
+            y = normalize(run.pad(block, tile, -np.inf), m, s)
+            run.write(region, run.crop(y, region))
 
     def backward(self, run: Run) -> None:
         if not run.wants_grad(0):

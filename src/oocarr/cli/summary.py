@@ -8,9 +8,10 @@ from typing import Any
 
 import numpy as np
 
+from oocarr.engine.io import TASK_BUFFERS
 from oocarr.engine.stats import IOCounts
+from oocarr.engine.tasks import opened
 from oocarr.store.locator import Locator
-from oocarr.store.registry import get_driver
 
 __all__ = ["Summary", "TileMoments", "TileSummaryTask"]
 
@@ -147,12 +148,9 @@ class TileSummaryTask:
         >>> TileSummaryTask(store.locator, (slice(1, 3),)).run().count
         2
         """
-        store = get_driver(self.source.driver).open(self.source, "r")
-        try:
-            block = store.read_region(self.region)
+        with opened((self.source,)) as (store,):
+            block = store.read_view(self.region, TASK_BUFFERS.empty)
             dtype = store.dtype
-        finally:
-            store.close()
         if counts is not None:
             counts.count_read(block.nbytes)
         return TileMoments.of(block, dtype)

@@ -14,12 +14,12 @@ from typing import Any
 from oocarr.errors import InvalidArgumentError
 from oocarr.store.blocked import BlockedArray
 from oocarr.store.locator import Locator
-from oocarr.store.registry import get_driver
 
 from .executor import DaskExecutor
 from .io import TASK_BUFFERS
 from .op import Region
 from .stats import IOCounts
+from .tasks import opened
 
 __all__ = ["CopyTask", "copy_on", "whole_units"]
 
@@ -58,11 +58,8 @@ class CopyTask:
         >>> oocarr.to_numpy(oocarr.open(loc)).tolist()[:3]
         [0.0, 1.0, 2.0]
         """
-        source = get_driver(self.source.driver).open(self.source, "r")
-        try:
+        with opened((self.source,)) as (source,):
             block = source.read_view(self.region, TASK_BUFFERS.empty)
-        finally:
-            source.close()
         if counts is not None:
             counts.count_read(block.nbytes)
         target = self.writer.open()

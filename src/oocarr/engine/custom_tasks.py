@@ -13,12 +13,12 @@ from typing import Any
 import numpy as np
 
 from oocarr.store.locator import Locator
-from oocarr.store.registry import get_driver
 
 from .compile import cached
 from .io import TASK_BUFFERS, Operand, prefetched
 from .op import CustomOp, Region
 from .stats import IOCounts
+from .tasks import opened
 from .tiles import crop_to, pad
 
 __all__ = ["CustomPartTask", "RunTools"]
@@ -47,24 +47,13 @@ class CustomPartTask:
 
     def run(self, counts: IOCounts | None = None) -> None:
         """Write the part's output tiles (inputs read by locator, reads and writes counted)."""
-        stores = [
-            get_driver(i.driver).open(i, "r") if isinstance(i, Locator) else None
-            for i in self.inputs
-        ]
-        try:
-            operands = [
-                Operand(s if s is not None else i, counts, TASK_BUFFERS)
-                for s, i in zip(stores, self.inputs)
-            ]
+        with opened(self.inputs) as values:
+            operands = [Operand(v, counts, TASK_BUFFERS) for v in values]
             target = self.writer.open()
             try:
                 self.op.forward_part(_PartRun(self.op, operands, target, counts), self.part)
             finally:
                 target.close()
-        finally:
-            for store in stores:
-                if store is not None:
-                    store.close()
 
 
 class RunTools:

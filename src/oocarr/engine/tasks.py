@@ -14,6 +14,7 @@ and writing finished tiles behind.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +29,7 @@ from .op import BlockParallelOp, Plan, Region
 from .stats import IOCounts
 from .tiles import StepGradient, TileFolder
 
-__all__ = ["BackwardPlan", "BackwardTask", "TilePlan", "TileTask", "finished_tiles"]
+__all__ = ["BackwardPlan", "BackwardTask", "TilePlan", "TileTask", "finished_tiles", "opened"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -81,15 +82,8 @@ class TileTask:
         >>> float(pickle.loads(pickle.dumps(task)).run())
         15.0
         """
-        stores = [
-            get_driver(i.driver).open(i, "r") if isinstance(i, Locator) else None
-            for i in self.inputs
-        ]
-        try:
-            operands = [
-                Operand(s if s is not None else i, counts, TASK_BUFFERS)
-                for s, i in zip(stores, self.inputs)
-            ]
+        with opened(self.inputs) as values:
+            operands = [Operand(v, counts, TASK_BUFFERS) for v in values]
             folder = TileFolder(self.op, self.plan, self.dtypes)
             acc = None
             for regions in self.steps:
@@ -97,10 +91,6 @@ class TileTask:
             if self.partial:
                 return np.asarray(acc)
             tile = folder.finish(acc, self.region)
-        finally:
-            for store in stores:
-                if store is not None:
-                    store.close()
         if self.writer is None:
             return tile
         target = self.writer.open()
@@ -154,14 +144,29 @@ def finished_tiles(
             total = None
 
 
-def _open_all(refs: tuple[Locator | np.ndarray, ...]) -> list[Any]:
-    return [get_driver(r.driver).open(r, "r") if isinstance(r, Locator) else r for r in refs]
+@contextlib.contextmanager
+def opened(refs: Sequence[Locator | np.ndarray]) -> Iterator[list[Any]]:
+    """Each stored ref opened read-only by its locator (in-memory values as they are), closed
+    when the block ends: how every task reaches its inputs in whatever process runs it.
 
-
-def _close_all(values: list[Any], refs: tuple[Locator | np.ndarray, ...]) -> None:
-    for value, ref in zip(values, refs):
-        if isinstance(ref, Locator):
-            value.close()
+    Examples
+    --------
+    >>> import numpy as np, oocarr
+    >>> x = oocarr.from_numpy(np.arange(3.0))
+    >>> with opened((x.locator, np.ones(2))) as (store, value):
+    ...     store.shape, value.shape
+    ((3,), (2,))
+    """
+    values = []
+    try:
+        for ref in refs:
+            stored = isinstance(ref, Locator)
+            values.append(get_driver(ref.driver).open(ref, "r") if stored else ref)
+        yield values
+    finally:
+        for value, ref in zip(values, refs):
+            if isinstance(ref, Locator):
+                value.close()
 
 
 @dataclass(frozen=True, eq=False)
@@ -187,8 +192,7 @@ class BackwardTask:
     def run(self, counts: IOCounts | None = None) -> list[tuple[int, Region, np.ndarray]]:
         """``(input index, region, gradient)`` of each wanted input, in input order (reads
         counted into ``counts`` when given)."""
-        inputs, tiles = _open_all(self.inputs), _open_all(self.tiles)
-        try:
+        with opened(self.inputs) as inputs, opened(self.tiles) as tiles:
             blocks = [
                 Operand(v, counts, TASK_BUFFERS).read(r) for v, r in zip(inputs, self.in_regions)
             ]
@@ -200,9 +204,6 @@ class BackwardTask:
                 self.op, self.plan, self.wanted, self.dtypes, self.tile_dtypes, self.tile_ndims
             )
             grads = gradient(tile_blocks, blocks)
-        finally:
-            _close_all(inputs, self.inputs)
-            _close_all(tiles, self.tiles)
         wanted = [i for i, w in enumerate(self.wanted) if w]
         return [(i, self.in_regions[i], g) for i, g in zip(wanted, grads)]
 

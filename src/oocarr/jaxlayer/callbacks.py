@@ -43,6 +43,7 @@ __all__ = [
     "call",
     "open_store",
     "create_store",
+    "scratch_takes_chunks",
     "check_writable",
 ]
 
@@ -211,6 +212,19 @@ def create_store(
     else:
         layout = {}
     return driver.create(locator, shape, dtype, overwrite=True, **layout)
+
+
+def scratch_takes_chunks(locator: Locator) -> bool:
+    """Whether :func:`create_store` would chunk the array at ``locator`` as asked (a scratch
+    array of a chunked driver): else an op need not plan its output tile for it first.
+
+    Examples
+    --------
+    >>> from oocarr.store.scratch import scratch_locator
+    >>> scratch_takes_chunks(scratch_locator(None, (2,), "f4"))  # .npy scratch
+    False
+    """
+    return is_scratch(locator) and get_driver(locator.driver).supports_chunks
 
 
 def _stored_layout(

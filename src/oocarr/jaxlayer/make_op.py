@@ -43,6 +43,7 @@ from .callbacks import (
     marker,
     open_store,
     result_struct,
+    scratch_takes_chunks,
 )
 from .disk_array import MARKER_DTYPE, DiskArray, DiskArrayType, is_disk, register_vspace
 
@@ -110,7 +111,8 @@ class Forward(VJPHiPrimitive):
                     return np.asarray(algo.forward(operands), dtype=out_aval.dtype)
                 return algo.forward(operands, np.empty(out_aval.shape, out_aval.dtype))
             check_writable(out_aval)
-            chunks = algo.output_tile(operands)
+            locator = out_aval.locator
+            chunks = algo.output_tile(operands) if scratch_takes_chunks(locator) else None
             with create_store(out_aval.locator, out_aval.shape, out_aval.dtype, chunks) as out:
                 algo.forward(operands, out)
             return marker()

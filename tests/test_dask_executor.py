@@ -488,3 +488,33 @@ def test_softmax_row_panels_run_on_the_workers(client, data, tmp_path):
     assert _bits(remote) == _bits(local)
     e = np.exp(a - a.max(axis=1, keepdims=True))
     np.testing.assert_allclose(remote, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+def test_softmax_gradient_panels_run_on_the_workers(client, data, monkeypatch):
+    """The backward pass of a custom op with independent parts runs a task per row panel;
+    the gradient is the local run's bits and jax.numpy's within rounding."""
+    a, _, arrays, _ = data
+    on_cluster = []
+    spread = OOCAlgorithm._custom_backward_on
+
+    def spy(self, *args):
+        on_cluster.append(spread(self, *args))
+        return on_cluster[-1]
+
+    monkeypatch.setattr(OOCAlgorithm, "_custom_backward_on", spy)
+    x = arrays["zarr"]
+    c = np.random.default_rng(5).standard_normal(a.shape).astype("f4")
+
+    def loss(x):
+        return oocarr.sum(oocarr.softmax(x, axis=1) * c)
+
+    with oocarr.memory_budget(BUDGET):
+        local = jax.grad(loss)(x)
+        local = oocarr.to_numpy(local)
+        with oocarr.executor(client), distributed.get_task_stream(client) as ran:
+            remote = oocarr.to_numpy(jax.grad(loss)(x))
+    assert on_cluster == [True]
+    assert len(ran.data) > 4 and len({t["worker"] for t in ran.data}) == 2
+    assert _bits(remote) == _bits(local)
+    expected = jax.grad(lambda x: jnp.sum(jax.nn.softmax(x, axis=1) * c))(jnp.asarray(a))
+    np.testing.assert_allclose(remote, expected, rtol=1e-4, atol=1e-6)

@@ -1,7 +1,8 @@
-"""A :class:`~oocarr.engine.op.CustomOp`'s forward pass as tasks: one per independent part
+"""A :class:`~oocarr.engine.op.CustomOp`'s passes as tasks: one per independent part
 (:meth:`~oocarr.engine.op.CustomOp.parts`, a softmax's row panel), each reopening the inputs
-by locator and writing its part's output tiles, whole chunks of a pending output that takes
-parallel writers, itself.  The calling process commits the output when every part is done.
+by locator.  A forward part writes its output tiles, whole chunks of a pending output that
+takes parallel writers, itself (the calling process commits the output when every part is
+done); a backward part returns its gradient blocks, added into the targets in part order.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from .stats import IOCounts
 from .tasks import opened
 from .tiles import crop_to, pad
 
-__all__ = ["CustomPartTask", "RunTools"]
+__all__ = ["CustomGradTask", "CustomPartTask", "RunTools"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -54,6 +55,42 @@ class CustomPartTask:
                 self.op.forward_part(_PartRun(self.op, operands, target, counts), self.part)
             finally:
                 target.close()
+
+
+@dataclass(frozen=True, eq=False)
+class CustomGradTask:
+    """One part of a custom op's backward pass: the gradient blocks of its regions.
+
+    Attributes
+    ----------
+    op : CustomOp
+        The op (class, input shapes and parameters).
+    inputs : tuple
+        A :class:`~oocarr.store.locator.Locator` per stored input, the array per in-memory one.
+    readers : tuple
+        The output's cotangent, then the forward output when the op ``needs_output``, each
+        by locator or value as ``inputs``.
+    part : Any
+        One of the op's :meth:`~oocarr.engine.op.CustomOp.parts`, planned for the backward pass.
+    wanted : tuple of bool
+        Whether each input's gradient is needed.
+    """
+
+    op: CustomOp
+    inputs: tuple[Locator | np.ndarray, ...]
+    readers: tuple[Locator | np.ndarray, ...]
+    part: Any
+    wanted: tuple[bool, ...]
+
+    def run(self, counts: IOCounts | None = None) -> list[tuple[int, Region, np.ndarray]]:
+        """``(input index, region, gradient)`` in the order the op accumulates them."""
+        with opened(self.inputs) as values, opened(self.readers) as readers:
+            operands = [Operand(v, counts, TASK_BUFFERS) for v in values]
+            g, *out = (Operand(v, counts, TASK_BUFFERS) for v in readers)
+            run = _PartRun(self.op, operands, None, counts, self.wanted)
+            run.g, run.out = g, (out[0] if out else None)
+            self.op.backward_part(run, self.part)
+        return run.grads
 
 
 class RunTools:
@@ -89,10 +126,17 @@ class _PartRun(RunTools):
     """The :class:`~oocarr.engine.op.Run` a part's task gives the op: tiles written at once."""
 
     def __init__(
-        self, op: CustomOp, inputs: list[Operand], target: Any, counts: IOCounts | None
+        self,
+        op: CustomOp,
+        inputs: list[Operand],
+        target: Any,
+        counts: IOCounts | None,
+        wanted: tuple[bool, ...] = (),
     ) -> None:
         self.op, self.inputs, self._target, self._counts = op, inputs, target, counts
         self.g = self.out = None
+        self._wanted = wanted
+        self.grads: list[tuple[int, Region, np.ndarray]] = []
 
     def write(self, region: Region, tile: np.ndarray) -> None:
         value = np.asarray(tile).astype(self._target.dtype, copy=False)
@@ -101,4 +145,8 @@ class _PartRun(RunTools):
             self._counts.count_written(value.nbytes)
 
     def wants_grad(self, i: int) -> bool:
-        return False
+        return i < len(self._wanted) and self._wanted[i]
+
+    def accumulate(self, i: int, region: Region, grad: np.ndarray) -> None:
+        if self.wants_grad(i):
+            self.grads.append((i, region, np.asarray(grad)))

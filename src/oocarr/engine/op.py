@@ -332,9 +332,10 @@ class CustomOp(Op):
         raise NotImplementedError
 
     def parts(self, run: Run) -> list[Any] | None:
-        """The forward pass's independent parts (picklable), each written whole by
-        :meth:`forward_part`, so a cluster can run them as tasks; ``None`` (the default): the
-        forward pass runs only as a whole, in the calling process."""
+        """The independent parts (picklable) of the pass ``run`` drives, each written whole by
+        :meth:`forward_part` (forward) or accumulated whole by :meth:`backward_part`
+        (backward), so a cluster can run them as tasks; ``None`` (the default): the passes run
+        only as a whole, in the calling process."""
         return None
 
     def part_regions(self, part: Any) -> list[Region]:
@@ -349,4 +350,9 @@ class CustomOp(Op):
     def backward(self, run: Run) -> None:
         """Read ``run.g`` (and ``run.out`` when ``needs_output``) and the inputs, and add each
         input's gradient with ``run.accumulate``."""
+        raise NotImplementedError
+
+    def backward_part(self, run: Run, part: Any) -> None:
+        """Accumulate the gradients of one of :meth:`parts` (``backward`` is then every part
+        in order); only ops whose :meth:`parts` is not ``None`` need it."""
         raise NotImplementedError

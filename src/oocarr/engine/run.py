@@ -23,7 +23,7 @@ from oocarr.store.blocked import BlockedArray
 from .budget import memory_budget_bytes
 from .compile import block_functions
 from .copy_tasks import whole_units
-from .custom_tasks import CustomPartTask, RunTools
+from .custom_tasks import CustomGradTask, CustomPartTask, RunTools
 from .executor import DaskExecutor, current_executor
 from .io import Operand, WriteBehind, prefetched
 from .op import BlockParallelOp, CustomOp, Plan, Region
@@ -269,6 +269,34 @@ class OOCAlgorithm:
             self.counts.tiles += 1
         return True
 
+    def _custom_backward_on(
+        self, cluster: DaskExecutor, run: CustomRun, targets: list[Any]
+    ) -> bool:
+        """A custom op's backward pass as a task per part on ``cluster``, each returning its
+        gradient blocks, added into ``targets`` here in part order (the order
+        :meth:`CustomRun.backward` adds them in); ``False`` (nothing run) for an op without
+        parts."""
+        parts = self.op.parts(run)
+        if not parts:
+            return False
+        wanted = tuple(run.wants_grad(i) for i in range(len(run.inputs)))
+
+        def ref(o: Operand) -> Any:
+            return o.value.locator if o.stored else np.asarray(o.value)
+
+        inputs = tuple(ref(o) for o in run.inputs)
+        readers = tuple(ref(o) for o in (run.g, run.out) if o is not None)
+        tasks = [CustomGradTask(self.op, inputs, readers, part, wanted) for part in parts]
+        cluster.check_reachable((*inputs, *readers), self.site)
+        budget = memory_budget_bytes()
+        self.counts.project(budget)
+        cluster.check_fits(budget, self.site)
+        for result in cluster.map(tasks, self.counts, self.site):
+            for i, region, grad in result:
+                self.counts.tiles += 1
+                _accumulate(targets[i], region, grad, self.counts)
+        return True
+
     def output_tile(self, operands: list[Operand]) -> tuple[int, ...] | None:
         """The output tile :meth:`forward` will write (a ``CustomOp``'s run's tile): a stored
         output chunked by it is written in whole chunks.
@@ -428,7 +456,9 @@ class OOCAlgorithm:
         try:
             if isinstance(self.op, CustomOp):
                 run = CustomRun(self, operands, itemsize, g_operand, out, targets)
-                run.backward()
+                cluster = current_executor()
+                if cluster is None or not self._custom_backward_on(cluster, run, targets):
+                    run.backward()
                 return
             wanted = tuple(
                 i < len(targets) and targets[i] is not None for i in range(len(operands))

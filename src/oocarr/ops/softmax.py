@@ -111,13 +111,19 @@ class Softmax(CustomOp):
     def backward(self, run: Run) -> None:
         if not run.wants_grad(0):
             return
+        for panel in self._panels(run):
+            self.backward_part(run, panel)
+
+    def backward_part(self, run: Run, part: tuple[list[Region], tuple[int, ...]]) -> None:
+        if not run.wants_grad(0):
+            return
+        columns, tile = part
         dtype = np.result_type(run.out.dtype, np.float32)
         dot, grad = run.jit(self._dot_block), run.jit(self._grad_block)
-        for columns, tile in self._panels(run):
-            acc = self._panel_buffer(tile, dtype, 0.0)
-            for _, (g, y) in run.stream(columns, [run.g, run.out]):
-                acc = jax.block_until_ready(dot(acc, run.pad(g, tile), run.pad(y, tile)))
-            for region, (g, y) in run.stream(columns, [run.g, run.out]):
-                run.accumulate(
-                    0, region, run.crop(grad(run.pad(g, tile), run.pad(y, tile), acc), region)
-                )
+        acc = self._panel_buffer(tile, dtype, 0.0)
+        for _, (g, y) in run.stream(columns, [run.g, run.out]):
+            acc = jax.block_until_ready(dot(acc, run.pad(g, tile), run.pad(y, tile)))
+        for region, (g, y) in run.stream(columns, [run.g, run.out]):
+            run.accumulate(
+                0, region, run.crop(grad(run.pad(g, tile), run.pad(y, tile), acc), region)
+            )

@@ -200,6 +200,33 @@ def _discard(path: str) -> None:
         pass
 
 
+class PendingFile:
+    """Where a pending file's data goes, for writers in other processes: the locator and the
+    hidden file the creator writes until it commits (renaming it into place)."""
+
+    def __init__(self, locator: Locator, shape, dtype, data_path: str, offset: int) -> None:
+        self.locator = locator
+        self.shape = tuple(shape)
+        self.dtype = np.dtype(dtype)
+        self.data_path = data_path
+        self.offset = offset
+
+    def __repr__(self) -> str:
+        return f"PendingFile({self.locator.full_url!r})"
+
+    def open(self) -> MemmapArray:
+        """A writable array over the pending data (closing it commits nothing: the creator
+        does)."""
+        return MemmapArray(
+            self.locator,
+            self.shape,
+            self.dtype,
+            mode="r+",
+            data_path=self.data_path,
+            offset=self.offset,
+        )
+
+
 class MemmapArray(BlockedArray):
     """A ``.npy`` or raw binary file mapped with ``numpy.memmap``.
 
@@ -583,6 +610,15 @@ class MemmapArray(BlockedArray):
         self._release()
         _discard(self._data_path)
         self._pending_attrs = None
+
+    def parallel_writer(self) -> PendingFile | None:
+        """Writers in other processes of a pending C-ordered file: each writes its regions'
+        byte runs in place with ``pwrite``, so disjoint regions need no coordination, and a
+        retried region is written again whole (F-ordered files are written through a mapping,
+        by this process only)."""
+        if not self.pending or self._order != "C" or self.size == 0:
+            return None
+        return PendingFile(self.locator, self.shape, self.dtype, self._data_path, self._offset)
 
     # -- attrs and sizes ------------------------------------------------
     def _read_attrs(self) -> dict[str, Any]:

@@ -8,6 +8,7 @@ import json
 import os
 import pathlib
 import signal
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -264,6 +265,20 @@ def test_save_on_the_cluster_writes_the_local_chunks(client, data, tmp_path, lay
     assert 0 < stats.total.peak_task_bytes < 2 * 2**30  # measured on the workers
 
 
+def test_save_to_npy_on_the_cluster_is_written_by_the_workers(client, data, tmp_path):
+    """A .npy destination takes parallel writers (each task pwrites its rows in place): no
+    message, the workers write, and the file is what NumPy reads back."""
+    a, _, arrays, _ = data
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with oocarr.memory_budget(BUDGET), oocarr.executor(client):
+            with distributed.get_task_stream(client) as ran:
+                oocarr.save(arrays["zarr"], str(tmp_path / "out.npy"))
+    assert len({t["worker"] for t in ran.data}) == 2
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), a)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.npy"]  # no temporary file left
+
+
 def test_save_to_one_writer_storage_runs_here_and_says_so(client, data, tmp_path):
     a, _, arrays, _ = data
     with oocarr.executor(client), pytest.warns(UserWarning, match="takes one writer"):
@@ -417,9 +432,10 @@ def test_hdf5_in_s3_streams_to_the_workers(client, data, s3_server):
     np.testing.assert_allclose(remote[0], a.sum(axis=0), rtol=1e-5, atol=1e-4)
 
 
-def test_op_outputs_in_zarr_scratch_are_written_by_the_workers(client, data, tmp_path):
-    """With Zarr scratch (here on local disk; on a real cluster s3://), an op's output tiles
-    that are whole chunks are written by the tasks themselves, not sent back."""
+@pytest.mark.parametrize("scratch", ["fsspec", "memmap"])
+def test_op_outputs_in_scratch_are_written_by_the_workers(client, data, tmp_path, scratch):
+    """With Zarr scratch (here on local disk; on a real cluster s3://) or .npy scratch, an op's
+    output tiles (whole chunks of Zarr) are written by the tasks themselves, not sent back."""
     a, _, arrays, _ = data
     x = arrays["zarr"]
     written_here = []
@@ -432,12 +448,12 @@ def test_op_outputs_in_zarr_scratch_are_written_by_the_workers(client, data, tmp
     with oocarr.memory_budget(BUDGET):
         local = oocarr.to_numpy(oocarr.exp(x * 0.5))
     try:
-        oocarr.set_scratch_dir(str(tmp_path / "scratch"), driver="fsspec")
+        oocarr.set_scratch_dir(str(tmp_path / "scratch"), driver=scratch)
         with pytest.MonkeyPatch.context() as mp, oocarr.memory_budget(BUDGET):
             mp.setattr(oocarr.engine.run.OOCAlgorithm, "_write_tile", spy)
             with oocarr.executor(client), distributed.get_task_stream(client) as ran:
                 y = oocarr.exp(x * 0.5)
-                assert y.store.locator.driver == "fsspec"
+                assert y.store.locator.driver == scratch
                 remote = oocarr.to_numpy(y)
             del y
     finally:
@@ -468,7 +484,7 @@ def test_a_long_call_shows_its_tasks_progress(client, data, capsys, monkeypatch)
 
 def test_softmax_row_panels_run_on_the_workers(client, data, tmp_path):
     """A custom op with independent parts (softmax's row panels) runs a task per panel, each
-    writing its panel into Zarr scratch; with .npy scratch it runs here, as before."""
+    writing its panel into the pending output itself, in Zarr scratch and in .npy scratch."""
     a, _, arrays, _ = data
     x = arrays["zarr"]
     with oocarr.memory_budget(BUDGET):
@@ -481,10 +497,12 @@ def test_softmax_row_panels_run_on_the_workers(client, data, tmp_path):
                 del y
         finally:
             oocarr.set_scratch_dir(None)
-        with oocarr.executor(client), distributed.get_task_stream(client) as here:
-            assert _bits(oocarr.to_numpy(oocarr.softmax(x, axis=1))) == _bits(local)
-    assert len(ran.data) > 2 and len({t["worker"] for t in ran.data}) == 2
-    assert here.data == []
+        with oocarr.executor(client), distributed.get_task_stream(client) as npy:
+            y = oocarr.softmax(x, axis=1)
+            assert y.store.name == "memmap"
+            assert _bits(oocarr.to_numpy(y)) == _bits(local)
+    for stream in (ran, npy):
+        assert len(stream.data) > 2 and len({t["worker"] for t in stream.data}) == 2
     assert _bits(remote) == _bits(local)
     e = np.exp(a - a.max(axis=1, keepdims=True))
     np.testing.assert_allclose(remote, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)

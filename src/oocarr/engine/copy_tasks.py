@@ -74,8 +74,8 @@ class CopyTask:
 
 def whole_units(region: Region, units: tuple[int, ...] | None, shape: tuple[int, ...]) -> bool:
     """Whether ``region`` is made of whole write units (chunks, shards) of an array of
-    ``shape``, the last ones cut only by the array's edge (``units=None``: contiguous
-    storage, which one writer at a time takes whole).
+    ``shape``, the last ones cut only by the array's edge (``units=None``: unchunked storage,
+    written in place, where every region is).
 
     Examples
     --------
@@ -85,7 +85,7 @@ def whole_units(region: Region, units: tuple[int, ...] | None, shape: tuple[int,
     False
     """
     if units is None:
-        return False
+        return True
     return not any(
         r.start % u or (r.stop % u and r.stop != n) for r, u, n in zip(region, units, shape)
     )

@@ -163,7 +163,9 @@ class DaskExecutor:
             here = {"127.0.0.1", "localhost", "::1", socket.gethostname()}
             with contextlib.suppress(OSError):
                 here.add(socket.gethostbyname(socket.gethostname()))
-            hosts = {_host(address) for address in self._workers()}
+            addresses = self._workers()
+            # inproc:// workers are threads of this process
+            hosts = {_host(a) for a in addresses if not a.startswith("inproc://")}
             self._local = hosts <= here
         return self._local
 

@@ -572,9 +572,10 @@ class BlockedArray(abc.ABC):
     def parallel_writer(self) -> Any | None:
         """A picklable handle through which other processes (a cluster's workers) write this
         array's data while it is pending: its ``open()`` returns a writable array whose writes
-        of whole :attr:`write_chunks` land where :meth:`commit` publishes them.  ``None`` (the
-        default) where the storage takes one writer (an HDF5 file, a ``.npy`` file, an archive)
-        or where other processes cannot reach it (``memory://``); copies to it run here.
+        of whole :attr:`write_chunks` (any region of unchunked storage) land where :meth:`commit`
+        publishes them.  ``None`` (the default) where the storage takes one writer (an HDF5
+        file, an archive) or where other processes cannot reach it (``memory://``); copies to
+        it run here.
 
         Examples
         --------

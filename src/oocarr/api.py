@@ -441,6 +441,10 @@ def copy_tiles(
     # the source's here (each read once), the destination's write units on a cluster (each
     # chunk or shard has one writer, with no read-modify-write across processes)
     chunks = [dst.write_chunks, src_chunks] if on_cluster else [src_chunks, dst.write_chunks]
+    if on_cluster:
+        # a task per tile: tiles as large as a fold group where the budget allows, so the
+        # scheduler (on a 2-core machine, a core it takes from the workers) has fewer tasks
+        tile_bytes = max(tile_bytes or 0, plan.FOLD_GROUP_BYTES)
     tile, projection = _tile_plan(dst, "copy", chunks, remedy, tile_bytes)
     counts = IOCounts(calls=1)
     counts.project(projection.nbytes)

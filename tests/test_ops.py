@@ -498,3 +498,33 @@ def test_bfloat16_values_and_gradients_on_the_default_scratch():
     for grad in (jax.grad(loss)(x), jax.jit(jax.grad(loss))(x)):
         assert grad.dtype == jnp.bfloat16
         np.testing.assert_allclose(np.asarray(grad).astype(np.float32), want, rtol=2e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("dtype", ["f4", "c8", "f2", "i4"])
+def test_matmul_folded_on_the_host_and_by_xla_matches_numpy(dtype, tmp_path):
+    """Many k-panels and edge tiles: float32 and complex64 fold with the host BLAS in place,
+    float16 and int32 with XLA; every result is NumPy's product within rounding."""
+    from oocarr.engine import OOCAlgorithm, Operand
+    from oocarr.ops.matmul import Matmul
+
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((900, 2600))
+    b = rng.standard_normal((2600, 700))
+    if dtype == "c8":
+        a, b = a + 1j * a[::-1], b - 0.5j * b[::-1]
+    if dtype == "i4":
+        a, b = np.round(a * 4), np.round(b * 4)
+    a, b = a.astype(dtype), b.astype(dtype)
+    x = oocarr.save(a, str(tmp_path / "a.npy"))
+    y = oocarr.save(b, str(tmp_path / "b.npy"))
+    with oocarr.memory_budget("2MB"):
+        plan, _ = OOCAlgorithm(Matmul(a.shape, b.shape)).forward_plan(
+            [Operand(x.store), Operand(y.store)]
+        )
+        got = oocarr.to_numpy(oocarr.matmul(x, y))
+    assert plan.host == (dtype in ("f4", "c8"))
+    assert plan.extra["k"] < 2600 and plan.out_tile != (900, 700)  # several steps and tiles
+    want = np.matmul(a.astype(np.complex128 if dtype == "c8" else np.float64), b)
+    assert got.dtype == np.dtype(dtype)
+    tol = {"f4": 1e-4, "c8": 1e-4, "f2": 2e-2, "i4": 0}[dtype]
+    np.testing.assert_allclose(got, want.astype(got.dtype), rtol=tol, atol=tol * 50)

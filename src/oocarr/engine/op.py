@@ -51,6 +51,10 @@ class Plan:
     #: (0: a tile's steps in one fold).  Set by the engine (:data:`~oocarr.engine.plan.
     #: FOLD_GROUP_BYTES`), the same for every executor.
     fold_steps: int = 0
+    #: The forward pass folds with the op's :meth:`~BlockParallelOp.host_block` (NumPy, the host
+    #: BLAS) instead of its jitted functions: set by the engine on the CPU backend where the op
+    #: has one for the inputs' dtypes, so the op's ``plan`` and ``buffers`` count what it holds.
+    host: bool = False
 
 
 class Op:
@@ -123,6 +127,9 @@ class HostBlock(NamedTuple):
 
     forward: Callable[..., np.ndarray]
     combine: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    #: ``fold(acc, *blocks)``: ``acc`` with one more step's blocks folded in, in place and
+    #: returned (``None``: ``combine(acc, forward(*blocks))``, which holds a partial beside it).
+    fold: Callable[..., np.ndarray] | None = None
 
 
 class BlockParallelOp(Op):
@@ -183,14 +190,24 @@ class BlockParallelOp(Op):
         )
 
     def host_block(self, dtypes: Sequence[np.dtype]) -> HostBlock | None:
-        """NumPy block functions giving the same bits as the jitted ones for inputs of these
-        dtypes, for ops whose exact result XLA's CPU client computes far slower (``None``:
-        the jitted functions are used).  Used on the CPU backend only."""
+        """NumPy block functions for inputs of these dtypes, for ops XLA's CPU client computes
+        far slower (``None``: the jitted functions are used).  Used on the CPU backend only, in
+        every process that runs a plan's tiles, so every executor gives the same bits; integer
+        results are exactly XLA's, floating ones may differ from XLA's in rounding.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from oocarr.ops.elementwise import UNARY
+        >>> UNARY["exp"]((3,)).host_block([np.dtype("f4")]) is None
+        True
+        """
         return None
 
     # -- planning ---------------------------------------------------------
-    def plan(self, budget_elems: int, chunks: tuple[int, ...] | None) -> Plan:
-        """Output tiles of whole chunks (when given) grown to the budget's share of one tile."""
+    def plan(self, budget_elems: int, chunks: tuple[int, ...] | None, host: bool = False) -> Plan:
+        """Output tiles of whole chunks (when given) grown to the budget's share of one tile
+        (``host``: the forward pass folds with :meth:`host_block`)."""
         per_tile = max(1, budget_elems // self.residency)
         if chunks is not None and len(chunks) != len(self.output_shape):
             chunks = None
@@ -204,6 +221,7 @@ class BlockParallelOp(Op):
         out_tile: tuple[int, ...],
         in_blocks: Sequence[tuple[int, ...]],
         stored: Sequence[bool],
+        host: bool = False,
     ) -> list[tuple[str, int, int]]:
         """What one call holds at once for tiles of these shapes: ``(what, count, elements
         each)`` items, the engine's prefetch and write-behind included.

@@ -41,7 +41,7 @@ from .plan import (
 )
 from .stats import IOCounts, record
 from .tasks import BackwardPlan, BackwardTask, TilePlan, TileTask, finished_tiles
-from .tiles import Nominal, StepGradient, TileFolder
+from .tiles import Nominal, StepGradient, TileFolder, folds_on_host
 
 __all__ = ["OOCAlgorithm", "CustomRun"]
 
@@ -135,7 +135,7 @@ class OOCAlgorithm:
         :meth:`~oocarr.engine.op.BlockParallelOp.buffers`), reading ``ahead`` steps at once."""
         nominal = Nominal(self.op, plan)
         stored = [o.stored for o in operands]
-        items = self.op.buffers(nominal.out_shape, nominal.in_shapes or [()], stored)
+        items = self.op.buffers(nominal.out_shape, nominal.in_shapes or [()], stored, plan.host)
         parallel = tuple(
             Buffers(f"input {i} blocks read ahead in parallel", ahead - 1, math.prod(s) * itemsize)
             for i, (o, s) in enumerate(zip(operands, nominal.in_shapes))
@@ -178,17 +178,21 @@ class OOCAlgorithm:
             ahead -= 1
         return ahead
 
-    def plan(self, operands: list[Operand], itemsize: int, share: int = 1) -> Plan:
+    def plan(
+        self, operands: list[Operand], itemsize: int, share: int = 1, host: bool = False
+    ) -> Plan:
         """Tiles for this call, from the budget (``1 / share`` of it), the residency, the
-        drivers' read buffers and the inputs' chunks."""
+        drivers' read buffers and the inputs' chunks (``host``: a forward pass folding with
+        the op's host block)."""
         chunks = next(
             (o.value.chunks for o in operands if o.stored and o.value.chunks is not None), None
         )
-        plan = self.op.plan(self.budget_elems(operands, itemsize) // share, chunks)
+        plan = self.op.plan(self.budget_elems(operands, itemsize) // share, chunks, host)
         overhead = self._read_overhead(operands, plan)
         if overhead:
-            plan = self.op.plan(self.budget_elems(operands, itemsize, overhead) // share, chunks)
-        return plan
+            elems = self.budget_elems(operands, itemsize, overhead) // share
+            plan = self.op.plan(elems, chunks, host)
+        return replace(plan, host=host)
 
     def forward_plan(self, operands: list[Operand]) -> tuple[Plan, int]:
         """The forward pass's tiles and the bytes an element of its tile-sized buffers is
@@ -196,10 +200,11 @@ class OOCAlgorithm:
         planned again, with smaller tiles, until the count holds for them)."""
         dtypes = [np.dtype(o.value.dtype) for o in operands]
         itemsize = self.op.tile_itemsize(dtypes)
-        plan = self.plan(operands, itemsize)
+        host = folds_on_host(self.op, dtypes)
+        plan = self.plan(operands, itemsize, host=host)
         while (needed := self.op.tile_itemsize(dtypes, plan)) > itemsize:
             itemsize = needed
-            plan = self.plan(operands, itemsize)
+            plan = self.plan(operands, itemsize, host=host)
         return self._fold_groups(operands, plan, itemsize), itemsize
 
     def _fold_groups(self, operands: list[Operand], plan: Plan, itemsize: int) -> Plan:

@@ -13,7 +13,21 @@ import numpy as np
 from .compile import backward_function, block_functions, cached
 from .op import BlockParallelOp, Plan, Region
 
-__all__ = ["Nominal", "StepGradient", "TileFolder", "crop_to", "pad"]
+__all__ = ["Nominal", "StepGradient", "TileFolder", "crop_to", "folds_on_host", "pad"]
+
+
+def folds_on_host(op: BlockParallelOp, dtypes: Sequence[np.dtype]) -> bool:
+    """Whether ``op``'s forward pass folds with its NumPy :meth:`~oocarr.engine.op.
+    BlockParallelOp.host_block` for inputs of ``dtypes``: on the CPU backend, where it has one.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from oocarr.ops.reductions import Sum
+    >>> folds_on_host(Sum((3,)), [np.dtype("u2")]), folds_on_host(Sum((3,)), [np.dtype("f2")])
+    (True, False)
+    """
+    return jax.default_backend() == "cpu" and op.host_block(list(dtypes)) is not None
 
 
 class Nominal:
@@ -85,9 +99,9 @@ class TileFolder:
     def __init__(self, op: BlockParallelOp, plan: Plan, dtypes: Sequence[np.dtype]) -> None:
         self.op = op
         self.nominal = Nominal(op, plan)
-        # The backend is fixed per process, so every executor's worker folds a plan's tiles
-        # alike; the host functions are exact (integer) ones, equal in bits to XLA's.
-        self._host = op.host_block(list(dtypes)) if jax.default_backend() == "cpu" else None
+        # The plan says whether its tiles fold on the host, so every executor's worker folds
+        # them alike.
+        self._host = op.host_block(list(dtypes)) if plan.host else None
         if self._host is not None:
             return
         self._forward, self._accumulate = block_functions(op)
@@ -100,6 +114,8 @@ class TileFolder:
     def fold(self, acc: Any, blocks: list[np.ndarray]) -> Any:
         """``acc`` with one step's input blocks folded in (``None`` starts a tile)."""
         if self._host is not None:
+            if acc is not None and self._host.fold is not None:
+                return self._host.fold(acc, *blocks)
             part = self._host.forward(*blocks)
             return part if acc is None else self._host.combine(acc, part)
         inputs = self.nominal.inputs(blocks)

@@ -48,7 +48,7 @@ class Sum(BlockParallelOp):
         self.axes = normalize_axes(self.params.get("axis"), len(shape))
         return self._out_of(shape, fill=1)
 
-    def plan(self, budget_elems: int, chunks) -> Plan:
+    def plan(self, budget_elems: int, chunks, host: bool = False) -> Plan:
         (shape,) = self.in_shapes
         per_tile = max(1, budget_elems // self.residency)
         # the input tile is only reduced, so its chunks may lie anywhere in it: stacked along

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 import jax
@@ -9,6 +10,7 @@ import jax.numpy as jnp
 
 from oocarr.engine.op import BlockParallelOp, Plan, Region
 from oocarr.errors import InvalidArgumentError
+from oocarr.store import pages
 
 __all__ = ["Transpose"]
 
@@ -28,6 +30,29 @@ class Transpose(BlockParallelOp):
             raise InvalidArgumentError(f"axes {axes} are not a permutation of {len(shape)} axes")
         self.axes = tuple(a % len(shape) for a in axes)
         return tuple(shape[a] for a in self.axes)
+
+    def plan(self, budget_elems: int, chunks, host: bool = False) -> Plan:
+        """Tiles whose reads and writes are both long runs: the input's chunks (or, for
+        contiguous storage, a block of its trailing axes of about the square root of a tile)
+        permuted into the output, grown there last axis first.  Output tiles grown only along
+        the output's last axis read a strip of a few columns of every input row: a 64 MiB
+        65536×256 ``.npy`` transposed in 15×65536 tiles took 3.4 s, 65536 reads of 60 bytes
+        per tile.
+
+        Examples
+        --------
+        >>> Transpose((65536, 256)).plan(2**20, None).out_tile
+        (256, 1364)
+        """
+        (shape,) = self.in_shapes
+        per_tile = max(1, budget_elems // self.residency)
+        if chunks is None or len(chunks) != len(shape):
+            chunks = pages.grow_block(shape, 1, max(1, math.isqrt(per_tile)))
+        base = tuple(chunks[a] for a in self.axes)
+        tile = pages.grow_block(self.output_shape, 1, per_tile, base=base)
+        if math.prod(tile) > per_tile:
+            tile = pages.grow_block(self.output_shape, 1, per_tile)
+        return Plan(tile)
 
     def index_map(self, out_region: Region, plan: Plan) -> Iterator[tuple[Region, ...]]:
         region = [slice(0, 0)] * len(self.axes)

@@ -8,9 +8,8 @@ from collections.abc import Iterator
 import jax
 import jax.numpy as jnp
 
-from oocarr.engine.op import BlockParallelOp, Plan, Region
+from oocarr.engine.op import BlockParallelOp, Plan, Region, grow_block
 from oocarr.errors import InvalidArgumentError
-from oocarr.store import pages
 
 __all__ = ["Transpose"]
 
@@ -47,11 +46,11 @@ class Transpose(BlockParallelOp):
         (shape,) = self.in_shapes
         per_tile = max(1, budget_elems // self.residency)
         if chunks is None or len(chunks) != len(shape):
-            chunks = pages.grow_block(shape, 1, max(1, math.isqrt(per_tile)))
+            chunks = grow_block(shape, 1, max(1, math.isqrt(per_tile)))
         base = tuple(chunks[a] for a in self.axes)
-        tile = pages.grow_block(self.output_shape, 1, per_tile, base=base)
+        tile = grow_block(self.output_shape, 1, per_tile, base=base)
         if math.prod(tile) > per_tile:
-            tile = pages.grow_block(self.output_shape, 1, per_tile)
+            tile = grow_block(self.output_shape, 1, per_tile)
         return Plan(tile)
 
     def index_map(self, out_region: Region, plan: Plan) -> Iterator[tuple[Region, ...]]:

@@ -40,6 +40,18 @@ process's only, not the cluster's workers'; oocarr's largest per-task peak on th
 (``io_stats().total.peak_task_bytes``) is in the JSON's ``info``:
 
     python scripts/bench.py --executor dask --quick
+
+Workload 11 (``scripts/bench_matmul.py``) is matmul at three budgets: ``oocarr.matmul(A, B)``
+of square float32 matrices on disk (``.npy`` and HDF5, 1024×1024 chunks), 4096² and 8192²
+each at 256 MB, 512 MB and 1 GB (1024² and 2048² at 8, 16 and 32 MB with ``--quick``).  Each
+row is one size and budget (operation ``4096@256MB``): oocarr runs inside
+``oocarr.memory_budget`` of that budget, which is also the row's RSS check and the budget of
+its Hong–Kung I/O bound, whatever ``--budget`` says.  Dask (1024×1024 blocks, target 1.2×)
+and NumPy in memory (target 0.9×) are measured once per size and shared by its budgets' rows;
+every row gives each engine's GFLOP/s.  It runs only when asked for, as it takes several
+minutes at full size; 8192² reuses workload 3's files, and 4096² adds 256 MiB on disk:
+
+    python scripts/bench.py --only matmul-budgets
 """
 
 from __future__ import annotations
@@ -48,6 +60,7 @@ import argparse
 import contextlib
 import gc
 import json
+import math
 import os
 import platform
 import shutil
@@ -65,6 +78,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_cluster as bc  # noqa: E402
+import bench_matmul as bm  # noqa: E402
 import bench_workloads as bw  # noqa: E402
 import bench_zarrs as bz  # noqa: E402
 
@@ -114,6 +128,21 @@ class Workload:
     #: The operations measured cold too (all of them when ``None``): fewer 4 GiB cold passes
     #: keep the full run within half an hour.
     cold_ops: tuple[str, ...] | None = None
+    #: Operations of the sizes of run where they are not ``ops`` (workload 11's names carry
+    #: the matrix side, which differs with the size).
+    mode_ops: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: The operation the peers measure for one of oocarr's, where oocarr's depend on a setting
+    #: the peers do not have (workload 11's budget): a peer's figure then serves several rows.
+    #: ``None``: the same operation.
+    peer_op_of: Callable[[str], str] | None = None
+
+    def ops_for(self, mode: str | None) -> tuple[str, ...]:
+        """oocarr's operations in a run of ``mode``'s sizes (``ops`` when ``None``)."""
+        return self.mode_ops.get(mode, self.ops) if mode else self.ops
+
+    def peer_op(self, op: str) -> str:
+        """The operation whose peer measurements oocarr's ``op`` is compared with."""
+        return self.peer_op_of(op) if self.peer_op_of else op
 
     def engines(self) -> list[str]:
         """Engines to run, oocarr's first (peers may need their facts, e.g. block sizes)."""
@@ -122,14 +151,15 @@ class Workload:
             names += [p.engine for p in peers if p.engine not in names]
         return names
 
-    def cases(self, engine: str) -> list[dict[str, Any]]:
-        """``{"op", "format", "caches"}`` for each operation ``engine`` runs."""
+    def cases(self, engine: str, mode: str | None = None) -> list[dict[str, Any]]:
+        """``{"op", "format", "caches"}`` for each operation ``engine`` runs in a run of
+        ``mode``'s sizes (as a peer, each of :meth:`peer_op`'s operations once)."""
         wanted: dict[tuple[str, str], list[str]] = {}
         for subject, peers in self.subjects.items():
-            roles = [(None, None)] if subject == engine else []
-            roles += [(p.fmt, p.cache) for p in peers if p.engine == engine]
-            for fmt, cache in roles:
-                for op in self.ops:
+            roles = [(None, None, False)] if subject == engine else []
+            roles += [(p.fmt, p.cache, True) for p in peers if p.engine == engine]
+            for fmt, cache, peer in roles:
+                for op in [self.peer_op(o) if peer else o for o in self.ops_for(mode)]:
                     for f in [fmt] if fmt else self.formats:
                         caches = wanted.setdefault((op, f), [])
                         caches += [
@@ -266,13 +296,30 @@ WORKLOADS = {
                 )
             },
         ),
+        Workload(
+            11,
+            bm.WORKLOAD,
+            "matmul(A, B) at three budgets",
+            bm.OPS["full"],
+            bm.FORMATS,
+            (WARM,),
+            {
+                "oocarr": (
+                    Peer("Dask", "dask", 1.2),
+                    Peer("NumPy in memory", "numpy", 0.9, fmt=MEMORY),
+                )
+            },
+            mode_ops=bm.OPS,
+            peer_op_of=bm.peer_op,
+        ),
     ]
 }
-#: Workloads run only when named (``--only``, ``--executor``): they start clusters.
-ON_REQUEST = (bc.WORKLOAD,)
+#: Workloads run only when named (``--only``, ``--executor``): ``cluster`` starts clusters,
+#: and ``matmul-budgets`` takes several minutes at full size.
+ON_REQUEST = (bc.WORKLOAD, bm.WORKLOAD)
 
 #: (workload, engine) -> runner(ctx, op, fmt) -> Case, of every workload.
-RUNNERS = {**bw.RUNNERS, **bz.RUNNERS, **bc.RUNNERS}
+RUNNERS = {**bw.RUNNERS, **bz.RUNNERS, **bc.RUNNERS, **bm.RUNNERS}
 
 #: Environment of particular workers.  The least-squares loop's matrix-vector products on
 #: 8 MiB slabs are too small for BLAS threads: on a 2-core VM OpenBLAS's thread hand-offs made
@@ -492,7 +539,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--markdown", metavar="OUT.md", help="the table and the machine description")
     names = ",".join(f"{w.number}:{name}" for name, w in WORKLOADS.items())
     add("--only", metavar="WORKLOAD,...", help=f"workloads by name or number ({names})")
-    add("--budget", help="oocarr's memory budget (default 256MB; 512MB for the full run)")
+    add(
+        "--budget",
+        help="oocarr's memory budget (default 256MB; 512MB for the full run; workload 11 "
+        "sets its own)",
+    )
     add("--repeats", type=int, help="timed runs per figure (default 3; 1 with --tiny)")
     add(
         "--executor",
@@ -546,7 +597,7 @@ def run_worker(run: Run, workload: Workload, engine: str, hints: dict) -> dict[s
         spec = {
             "workload": workload.name,
             "engine": engine,
-            "cases": workload.cases(engine),
+            "cases": workload.cases(engine, run.mode),
             "size": run.mode,
             "data_dir": run.data_dir,
             "out_dir": run.out_dir,
@@ -650,10 +701,13 @@ def disagreement(workload: str, got: Any, want: Any) -> str | None:
     return None if far is None else f"relative difference {far:.3g} > {rtol:g}"
 
 
-def reference_blocks(run: Run, workload: str, blocks: list[dict[str, Any]]) -> list[dict]:
+def reference_blocks(run: Run, workload: str, op: str, blocks: list[dict[str, Any]]) -> list[dict]:
     """The float64 values of the spot-checked blocks of a matmul or ``X @ W`` result."""
     sizes = bw.SIZES[run.mode]
-    if workload == "matmul":
+    if workload == bm.WORKLOAD:
+        sa, sb = bm.inputs(run.data_dir, sizes, bm.side_of(op), "npy")
+        a, b = np.load(sa.path, mmap_mode="r"), np.load(sb.path, mmap_mode="r")
+    elif workload == "matmul":
         a = np.load(bw.stored(run.data_dir, sizes, "matmul_A", "npy").path, mmap_mode="r")
         b = np.load(bw.stored(run.data_dir, sizes, "matmul_B", "npy").path, mmap_mode="r")
     else:
@@ -674,28 +728,49 @@ def verify(run: Run, measured: dict[tuple, dict[str, Any]]) -> list[str]:
     failures = []
     for key, m in measured.items():
         workload, engine, op, fmt, cache = key
-        if workload in ("matmul", "tall"):
-            why = disagreement(workload, m["check"], reference_blocks(run, workload, m["check"]))
-            if why:
+        if workload in ("matmul", "tall", bm.WORKLOAD):
+            reference = reference_blocks(run, workload, op, m["check"])
+            if why := disagreement(workload, m["check"], reference):
                 failures.append(f"{workload} {engine} {fmt} {cache}: vs float64 reference: {why}")
         for subject in WORKLOADS[workload].subjects:
             if engine == subject:
                 continue
-            mine = measured.get((workload, subject, op, fmt, cache))
-            if mine is None and fmt == MEMORY:
-                mine = next(
-                    (v for k, v in measured.items() if k[:3] == (workload, subject, op)), None
-                )
-            if mine is not None and (why := disagreement(workload, mine["check"], m["check"])):
-                failures.append(f"{workload} {op} {fmt} {cache}: {subject} vs {engine}: {why}")
+            for mine_op, mine in _checked_against(run, measured, key, subject):
+                if why := disagreement(workload, mine["check"], m["check"]):
+                    failures.append(
+                        f"{workload} {mine_op} {fmt} {cache}: {subject} vs {engine}: {why}"
+                    )
     return failures
+
+
+def _checked_against(
+    run: Run, measured: dict[tuple, dict[str, Any]], key: tuple, subject: str
+) -> list[tuple[str, dict[str, Any]]]:
+    """``subject``'s measurements, with their operations, that another engine's measurement
+    ``key`` is checked against: the same format and cache, of each operation whose peers
+    measure ``key``'s (every budget's, in workload 11); for an in-memory peer, the first of
+    each such operation."""
+    workload, _, op, fmt, cache = key
+    w = WORKLOADS[workload]
+    found = []
+    for mine_op in [o for o in w.ops_for(run.mode) if w.peer_op(o) == op]:
+        mine = measured.get((workload, subject, mine_op, fmt, cache))
+        if mine is None and fmt == MEMORY:
+            mine = next(
+                (v for k, v in measured.items() if k[:3] == (workload, subject, mine_op)), None
+            )
+        if mine is not None:
+            found.append((mine_op, mine))
+    return found
 
 
 # Rows -----------------------------------------------------------------------------------------
 
 
-def size_label(workload: str, sizes: bw.Sizes) -> str:
-    """The size column: shapes and bytes."""
+def size_label(workload: str, sizes: bw.Sizes, op: str = "") -> str:
+    """The size column: shapes and bytes (of ``op``'s matrices in workload 11)."""
+    if workload == bm.WORKLOAD:
+        return bm.size_label(op)
     if workload in bz.WORKLOAD_FORMATS:
         return bz.size_label(workload, sizes)
     if workload == bc.WORKLOAD:
@@ -724,15 +799,15 @@ def _target(ratio: float, least: float) -> dict[str, Any]:
     return {"ratio": ratio, "target": f">= {least:.3g}", "met": ratio >= least}
 
 
-def matmul_extras(run: Run, subject: dict, peers: list[dict]) -> dict[str, Any]:
-    """GFLOP/s of each engine, and oocarr's bytes read against the I/O lower bound.
+def matmul_extras(n: int, budget: int, subject: dict, peers: list[dict]) -> dict[str, Any]:
+    """GFLOP/s of each engine in an ``n``-sided product, and oocarr's bytes read against the
+    I/O lower bound at its ``budget`` (bytes).
 
     The bound is ``2 n^3 / sqrt(M)`` words for a budget of ``M`` elements, and never less
     than reading both inputs once (``2 n^2`` words), which dominates at small ``n``.
     """
-    n = bw.SIZES[run.mode].matmul_n
     flops = 2 * n**3
-    bound_words = max(flops / np.sqrt(run.budget / 4), 2 * n**2)
+    bound_words = max(flops / math.sqrt(budget / 4), 2 * n**2)
     extras: dict[str, Any] = {"gflops": {"oocarr": flops / subject["median"] / 1e9}}
     for p in peers:
         extras["gflops"][p["label"]] = flops / p["median"] / 1e9 if p["median"] else None
@@ -743,6 +818,15 @@ def matmul_extras(run: Run, subject: dict, peers: list[dict]) -> dict[str, Any]:
     return extras
 
 
+def op_budget(run: Run, workload: str, op: str) -> tuple[int, str]:
+    """The budget oocarr ran ``op`` of ``workload`` under, in bytes and as written: the run's
+    ``--budget``, except in workload 11, whose operations each name their own."""
+    if workload == bm.WORKLOAD:
+        text = bm.budget_of(op)
+        return parse_size(text), text
+    return run.budget, run.budget_text
+
+
 def build_rows(run: Run, measured: dict[tuple, dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per oocarr engine, operation, format and cache, with its peers and ratios."""
     rows = []
@@ -750,14 +834,14 @@ def build_rows(run: Run, measured: dict[tuple, dict[str, Any]]) -> list[dict[str
     for name in run.workloads:
         workload = WORKLOADS[name]
         for subject, peers in workload.subjects.items():
-            for op in workload.ops:
+            for op in workload.ops_for(run.mode):
                 for fmt in workload.formats:
                     for cache in workload.caches:
                         me = measured.get((name, subject, op, fmt, cache))
                         if me is None:
                             continue
                         row = _row(run, workload, subject, peers, op, fmt, cache, measured)
-                        row["size"] = size_label(name, sizes)
+                        row["size"] = size_label(name, sizes, op)
                         rows.append(row)
     return rows
 
@@ -773,9 +857,11 @@ def _row(
     measured: dict[tuple, dict[str, Any]],
 ) -> dict[str, Any]:
     me = measured[(workload.name, subject, op, fmt, cache)]
+    budget, budget_text = op_budget(run, workload.name, op)
     compared = []
     for p in peers:
-        them = measured.get((workload.name, p.engine, op, p.fmt or fmt, p.cache or cache))
+        peer_key = (workload.name, p.engine, workload.peer_op(op), p.fmt or fmt, p.cache or cache)
+        them = measured.get(peer_key)
         if them is None:
             continue
         ratio = them["median"] / me["median"]
@@ -798,9 +884,9 @@ def _row(
         "oocarr_rss_growth": max(me["rss_growth"]),
         "oocarr_rss_run_peak": max(me["rss_run_peak"]),
         "oocarr_rss_retained": max(me["rss_growth_before_run"]),
-        "rss_within_budget": max(me["rss_run_peak"]) <= run.budget,
-        "budget": run.budget,
-        "budget_text": run.budget_text,
+        "rss_within_budget": max(me["rss_run_peak"]) <= budget,
+        "budget": budget,
+        "budget_text": budget_text,
         "dask_rss_growth": next((p["rss_growth"] for p in compared if p["engine"] == "dask"), None),
         "bytes_read": me["bytes_read"],
         "bytes_written": me["bytes_written"],
@@ -812,10 +898,12 @@ def _row(
         row["bytes_read"] = row["bytes_written"] = nbytes
         row["bytes_note"] = "array size: oocarr.io_stats() does not count convert"
     if workload.name == "matmul":
-        row.update(matmul_extras(run, me, compared))
+        row.update(matmul_extras(bw.SIZES[run.mode].matmul_n, budget, me, compared))
+    elif workload.name == bm.WORKLOAD:
+        row.update(matmul_extras(bm.side_of(op), budget, me, compared))
     result_bytes = me.get("info", {}).get("result_bytes")
     if result_bytes:  # a full read holds its result: the budget bounds the rest
-        row["rss_within_budget"] = row["oocarr_rss_run_peak"] <= run.budget + result_bytes
+        row["rss_within_budget"] = row["oocarr_rss_run_peak"] <= budget + result_bytes
         row["note"] = f"RSS includes the {_bytes(result_bytes)} result"
     verdicts = [p["met"] for p in compared if "met" in p]
     if "io_vs_bound" in row:
@@ -924,7 +1012,7 @@ def table_lines(rows: list[dict[str, Any]]) -> list[str]:
     """The Markdown table of ``rows``."""
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in rows:
-        what = OP_LABELS[r["op"]]
+        what = bm.op_label(r["op"]) if r["workload"] == bm.WORKLOAD else OP_LABELS[r["op"]]
         if r["oocarr_engine"] != "oocarr":
             what += f" ({SUBJECT_LABELS[r['oocarr_engine']]})"
         mine = _seconds(r["oocarr_median"])
@@ -995,6 +1083,13 @@ def machine_lines(run: Run, description: dict[str, Any], elapsed: float) -> list
             "RSS columns are the client process's only (oocarr's per-task peak on the workers "
             "is in the JSON's `info.peak_task_bytes`)"
         )
+    if bm.WORKLOAD in run.workloads:
+        lines.append(
+            "- matmul at three budgets (workload 11): each row's oocarr budget is its own "
+            "(`oocarr.memory_budget`), not the run's, and so are its RSS check and I/O bound; "
+            "Dask (1024×1024 blocks) and NumPy do not depend on the budget: each is measured "
+            "once per size (and format) and shown in every budget's row"
+        )
     return lines
 
 
@@ -1019,9 +1114,11 @@ def ensure_data(run: Run) -> dict[str, float]:
     """Write the data files the selected workloads read that are not there yet."""
     sizes = bw.SIZES[run.mode]
     mine = [w for w in run.workloads if w in bz.WORKLOAD_FORMATS]
-    theirs = [w for w in run.workloads if w not in bz.WORKLOAD_FORMATS and w != bc.WORKLOAD]
+    others = (bc.WORKLOAD, bm.WORKLOAD)
+    theirs = [w for w in run.workloads if w not in bz.WORKLOAD_FORMATS and w not in others]
     generated = bw.ensure_data(run.data_dir, sizes, theirs, run.log)
     generated |= bz.ensure_data(run.data_dir, sizes, mine, run.log)
+    generated |= bm.ensure_data(run.data_dir, sizes, run.workloads, run.log)
     return generated | bc.ensure_data(run.data_dir, sizes, run.workloads, run.log)
 
 

@@ -130,3 +130,62 @@ def test_tiny_run_of_the_format_workloads(tmp_path):
         assert all(p["median"] > 0 and p["ratio"] > 0 for p in row["peers"])
         assert row["rss_within_budget"]
         assert ("result" in row["note"]) == (op == "read")
+
+
+def test_matmul_budgets_runs_on_request_and_its_peers_serve_every_budget(monkeypatch):
+    """Workload 11 is not in a default run; its Dask and NumPy figures are measured once per
+    size, and each is checked against oocarr's result at every budget of that size."""
+    bench = _bench_module()
+    name = bench.bm.WORKLOAD
+    assert name not in bench._selected(None) and bench._selected("11") == [name]
+    w = bench.WORKLOADS[name]
+    ops = bench.bm.OPS["tiny"]
+    assert w.ops_for("tiny") == ops and len(ops) == 6
+    oocarr_cases = [(c["op"], c["format"]) for c in w.cases("oocarr", "tiny")]
+    assert oocarr_cases == [(op, f) for op in ops for f in ("hdf5", "npy")]
+    assert {c["op"] for c in w.cases("dask", "tiny")} == {"256", "512"}
+    assert {(c["op"], c["format"]) for c in w.cases("numpy", "tiny")} == {
+        ("256", "memory"),
+        ("512", "memory"),
+    }
+    run = bench.make_run(bench.parse_args(["--tiny", "--dir", "/nonexistent", "--only", name]))
+    monkeypatch.setattr(bench, "reference_blocks", lambda run, w, op, blocks: blocks)
+    good = [{"at": [0, 0], "values": [[256.0]]}]
+    bad = [{"at": [0, 0], "values": [[257.0]]}]
+    measured = {(name, "oocarr", op, "npy", "warm"): {"check": good} for op in ops}
+    measured[(name, "oocarr", "256@512KB", "npy", "warm")] = {"check": bad}
+    measured[(name, "dask", "256", "npy", "warm")] = {"check": good}
+    measured[(name, "numpy", "256", "memory", "warm")] = {"check": good}
+    failures = bench.verify(run, measured)
+    assert len(failures) == 2 and all(f.startswith(f"{name} 256@512KB ") for f in failures)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_tiny_run_of_matmul_at_three_budgets(tmp_path):
+    """``--only matmul-budgets``: a verified row per size, budget and format, each with its
+    own budget, GFLOP/s, the Dask and NumPy targets and the I/O bound (~20 s on 2 cores)."""
+    pytest.importorskip("dask")
+    bench = _bench_module()
+    out = tmp_path / "bench.json"
+    command = [sys.executable, str(SCRIPTS / "bench.py"), "--tiny", "--dir", str(tmp_path)]
+    command += ["--json", str(out), "--only", "matmul-budgets"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(out.read_text())
+    assert report["verified"] and report["failures"] == []
+    sizes = bench.bm.SIZES["tiny"]
+    rows = {(r["op"], r["format"]): r for r in report["rows"]}
+    want = {(f"{n}@{b}", f) for n in sizes.sides for b in sizes.budgets for f in ("hdf5", "npy")}
+    assert set(rows) == want and len(report["rows"]) == len(want)
+    for (op, fmt), row in rows.items():
+        n, budget = op.split("@")
+        assert row["verified"] and row["size"] == f"{n}×{n} @ {n}×{n}"
+        assert row["budget_text"] == budget and row["budget"] == bench.parse_size(budget)
+        targets = {p["engine"]: p["target"] for p in row["peers"]}
+        assert targets == {"dask": ">= 1.2", "numpy": ">= 0.9"}
+        assert row["io_vs_bound"]["target"] == "<= 2" and row["bytes_read"] > 0
+        assert set(row["gflops"]) == {"oocarr", "Dask", "NumPy in memory"}
+        # the peers measured the size once: every budget's row shows the same figure
+        first = rows[(f"{n}@{sizes.budgets[0]}", fmt)]
+        assert [p["median"] for p in row["peers"]] == [p["median"] for p in first["peers"]]
+    assert "matmul(A, B), budget 256KB" in done.stdout

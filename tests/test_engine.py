@@ -111,3 +111,32 @@ def test_reduction_tiles_suit_the_storage_layout(tmp_path, fmt):
     else:  # chunks stacked along the first axis, cut evenly: no edge padding
         assert tile[1] == 16 and tile[0] % 16 == 0 and 96 % tile[0] == 0, tile
     np.testing.assert_allclose(total, data.sum(dtype=np.float64), rtol=1e-5)
+
+
+def test_ops_written_before_host_folds_keep_their_plan_and_buffers_signatures():
+    """An op overriding ``plan(budget_elems, chunks)`` and ``buffers(out, ins, stored)`` with
+    the signatures from before ``host=`` still plans and runs."""
+    from oocarr.engine.op import BlockParallelOp, Plan
+
+    class Doubled(BlockParallelOp):
+        name = "doubled"
+
+        def compute_output_shape(self):
+            return self.in_shapes[0]
+
+        def plan(self, budget_elems, chunks):
+            return Plan((min(self.output_shape[0], 7),))
+
+        def buffers(self, out_tile, in_blocks, stored):
+            return [("tiles", 4, out_tile[0])]
+
+        def index_map(self, out_region, plan):
+            yield (out_region,)
+
+        def forward_block(self, x):
+            return x * 2
+
+    x = oocarr.from_numpy(np.arange(20.0, dtype="f4"))
+    out = np.empty(20, "f4")
+    engine.OOCAlgorithm(Doubled((20,))).forward([engine.Operand(x.store)], out)
+    np.testing.assert_array_equal(out, np.arange(20.0) * 2)

@@ -135,7 +135,9 @@ class OOCAlgorithm:
         :meth:`~oocarr.engine.op.BlockParallelOp.buffers`), reading ``ahead`` steps at once."""
         nominal = Nominal(self.op, plan)
         stored = [o.stored for o in operands]
-        items = self.op.buffers(nominal.out_shape, nominal.in_shapes or [()], stored, plan.host)
+        shapes = (nominal.out_shape, nominal.in_shapes or [()], stored)
+        # ``host`` only when set: ops written before it (``buffers(out, ins, stored)``) still work
+        items = self.op.buffers(*shapes, host=True) if plan.host else self.op.buffers(*shapes)
         parallel = tuple(
             Buffers(f"input {i} blocks read ahead in parallel", ahead - 1, math.prod(s) * itemsize)
             for i, (o, s) in enumerate(zip(operands, nominal.in_shapes))
@@ -187,11 +189,15 @@ class OOCAlgorithm:
         chunks = next(
             (o.value.chunks for o in operands if o.stored and o.value.chunks is not None), None
         )
-        plan = self.op.plan(self.budget_elems(operands, itemsize) // share, chunks, host)
+
+        def planned(elems: int) -> Plan:
+            # ``host`` only when set: ops written before it (``plan(elems, chunks)``) still work
+            return self.op.plan(elems, chunks, host=True) if host else self.op.plan(elems, chunks)
+
+        plan = planned(self.budget_elems(operands, itemsize) // share)
         overhead = self._read_overhead(operands, plan)
         if overhead:
-            elems = self.budget_elems(operands, itemsize, overhead) // share
-            plan = self.op.plan(elems, chunks, host)
+            plan = planned(self.budget_elems(operands, itemsize, overhead) // share)
         return replace(plan, host=host)
 
     def forward_plan(self, operands: list[Operand]) -> tuple[Plan, int]:

@@ -540,12 +540,15 @@ class MemmapArray(BlockedArray):
     def _read_mapped(self, region, out) -> bool:
         """Copy a region of short runs out of mappings of at most :data:`READ_WINDOW_BYTES`
         of whole rows each, unmapped as soon as their rows are copied; ``False`` (nothing
-        read) for long runs, rows larger than a window, or a file shorter than the region."""
+        read) for long runs, a single run, rows larger than a window, or a file shorter than
+        the region."""
         if not self.ndim or out.size == 0:
             return False
         first = next(_runs(self.shape, region, self.itemsize))
         row_bytes = math.prod(self.shape[1:]) * self.itemsize
-        if first[1] >= SHORT_RUN_BYTES or row_bytes > READ_WINDOW_BYTES or row_bytes == 0:
+        if first[1] >= SHORT_RUN_BYTES or first[1] == out.nbytes:
+            return False  # long runs, or one: a pread each is as fast
+        if row_bytes > READ_WINDOW_BYTES or row_bytes == 0:
             return False
         fd = self._file()
         rows = region[0]

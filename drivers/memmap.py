@@ -66,6 +66,9 @@ _MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 #: rows at a time, instead of one ``pread`` per run: a 512×256 float32 panel of a 2048-wide
 #: file (512 runs of 1 KiB) took 0.68 ms with a ``pread`` per run, 0.08 ms from a mapping.
 SHORT_RUN_BYTES = 64 * 1024
+#: Fewest runs read from a mapping: a mapping costs about 20 µs, a ``pread`` of a short run 3-7
+#: (2 runs: 14 µs by ``pread``, 21 mapped; 8 runs: 28 and 25; 128 runs: 318 and 33).
+MAPPED_RUNS = 8
 #: Most bytes mapped at once by such a read: its touched pages count in the process's
 #: RSS until the window is unmapped, right after its rows are copied.
 READ_WINDOW_BYTES = 2 * 2**20
@@ -540,14 +543,14 @@ class MemmapArray(BlockedArray):
     def _read_mapped(self, region, out) -> bool:
         """Copy a region of short runs out of mappings of at most :data:`READ_WINDOW_BYTES`
         of whole rows each, unmapped as soon as their rows are copied; ``False`` (nothing
-        read) for long runs, a single run, rows larger than a window, or a file shorter than
-        the region."""
+        read) for long runs, fewer than :data:`MAPPED_RUNS`, rows larger than a window, or a
+        file shorter than the region."""
         if not self.ndim or out.size == 0:
             return False
         first = next(_runs(self.shape, region, self.itemsize))
         row_bytes = math.prod(self.shape[1:]) * self.itemsize
-        if first[1] >= SHORT_RUN_BYTES or first[1] == out.nbytes:
-            return False  # long runs, or one: a pread each is as fast
+        if first[1] >= SHORT_RUN_BYTES or out.nbytes // first[1] < MAPPED_RUNS:
+            return False  # long runs, or few: a pread each is as fast
         if row_bytes > READ_WINDOW_BYTES or row_bytes == 0:
             return False
         fd = self._file()

@@ -49,6 +49,12 @@ class Operand:
         return tuple(self.value.shape)
 
     @property
+    def ref(self) -> Any:
+        """What a task carries for this operand: its locator when stored (reopened where the
+        task runs), its values when in memory."""
+        return self.value.locator if self.stored else np.asarray(self.value)
+
+    @property
     def dtype(self) -> np.dtype:
         return np.dtype(self.value.dtype)
 

@@ -270,15 +270,21 @@ class OOCAlgorithm:
         regions = (r for part in parts for r in self.op.part_regions(part))
         if not all(whole_units(r, units, shape) for r in regions):
             return False
-        inputs = tuple(o.value.locator if o.stored else np.asarray(o.value) for o in operands)
+        inputs = tuple(o.ref for o in operands)
         tasks = [CustomPartTask(self.op, inputs, part, writer) for part in parts]
-        cluster.check_reachable((*inputs, out.locator), self.site)
-        budget = memory_budget_bytes()  # the run sizes its tiles from it: a task holds no more
-        self.counts.project(budget)
-        cluster.check_fits(budget, self.site)
+        self._check_part_tasks(cluster, (*inputs, out.locator))
         for _ in cluster.map(tasks, self.counts, self.site):
             self.counts.tiles += 1
         return True
+
+    def _check_part_tasks(self, cluster: DaskExecutor, refs: tuple[Any, ...]) -> None:
+        """Before a custom op's part tasks run: every stored ref reachable by the workers, and
+        the budget (a part's run sizes its tiles from it, so a task holds no more) within a
+        worker's share of memory."""
+        cluster.check_reachable(refs, self.site)
+        budget = memory_budget_bytes()
+        self.counts.project(budget)
+        cluster.check_fits(budget, self.site)
 
     def _custom_backward_on(
         self, cluster: DaskExecutor, run: CustomRun, targets: list[Any]
@@ -291,17 +297,10 @@ class OOCAlgorithm:
         if not parts:
             return False
         wanted = tuple(run.wants_grad(i) for i in range(len(run.inputs)))
-
-        def ref(o: Operand) -> Any:
-            return o.value.locator if o.stored else np.asarray(o.value)
-
-        inputs = tuple(ref(o) for o in run.inputs)
-        readers = tuple(ref(o) for o in (run.g, run.out) if o is not None)
+        inputs = tuple(o.ref for o in run.inputs)
+        readers = tuple(o.ref for o in (run.g, run.out) if o is not None)
         tasks = [CustomGradTask(self.op, inputs, readers, part, wanted) for part in parts]
-        cluster.check_reachable((*inputs, *readers), self.site)
-        budget = memory_budget_bytes()
-        self.counts.project(budget)
-        cluster.check_fits(budget, self.site)
+        self._check_part_tasks(cluster, (*inputs, *readers))
         for result in cluster.map(tasks, self.counts, self.site):
             for i, region, grad in result:
                 self.counts.tiles += 1
@@ -413,7 +412,7 @@ class OOCAlgorithm:
         region, in order, gives the bytes :meth:`forward` writes."""
         if plan is None:
             plan, _ = self.forward_plan(operands)
-        inputs = tuple(o.value.locator if o.stored else np.asarray(o.value) for o in operands)
+        inputs = tuple(o.ref for o in operands)
         dtypes = tuple(np.dtype(o.value.dtype) for o in operands)
         tasks = []
         for region in self.op.out_regions(plan):
@@ -550,16 +549,13 @@ class OOCAlgorithm:
             )
             plan = self.plan([*operands, g], itemsize, share)
 
-        def ref(o: Operand) -> Any:
-            return o.value.locator if o.stored else np.asarray(o.value)
-
         readers = [g, *([] if out is None else [out])]
         tasks = tuple(
             BackwardTask(
                 self.op,
-                tuple(ref(o) for o in operands),
+                tuple(o.ref for o in operands),
                 tuple(np.dtype(o.value.dtype) for o in operands),
-                tuple(ref(o) for o in readers),
+                tuple(o.ref for o in readers),
                 tuple(np.dtype(o.value.dtype) for o in readers),
                 tuple(len(o.shape) for o in readers),
                 region,

@@ -194,7 +194,10 @@ WORKLOADS = {
             ("chain",),
             ("hdf5", "npy"),
             BOTH,
-            {"oocarr": (DASK, LOOP)},
+            {
+                "oocarr": (DASK, LOOP),
+                "oocarr-opbyop": (DASK, Peer("stream_sum", "oocarr"), Peer("loop", "loop")),
+            },
         ),
         Workload(
             3,

@@ -5,9 +5,10 @@ present with the right shape); the second half builds, for one workload, engine,
 format, a :class:`Case`: the timed call, the files a cold run evicts, and a JSON-able value
 that ``bench.py`` checks against every peer's.
 
-Engines: ``oocarr`` (for workloads 2 and 5, ``stream_sum``), ``oocarr-opbyop`` (workload 5's
-loss written op by op), ``dask`` (threaded scheduler), ``loop`` (a plain read loop over h5py,
-``readinto`` or zarr-python), ``numpy`` and ``jax`` (the data in memory, loaded before timing).
+Engines: ``oocarr`` (for workloads 2 and 5, ``stream_sum``), ``oocarr-opbyop`` (workloads 2
+and 5 written op by op under ``jax.jit``), ``dask`` (threaded scheduler), ``loop`` (a plain read
+loop over h5py, ``readinto`` or zarr-python), ``numpy`` and ``jax`` (the data in memory, loaded
+before timing).
 Heavy libraries are imported inside the runners, so a worker imports only what its engine uses.
 """
 
@@ -596,6 +597,21 @@ def _chain_oocarr(ctx: Context, op: str, fmt: str) -> Case:
     return Case(run, files, _scalar)
 
 
+def _chain_oocarr_opbyop(ctx: Context, op: str, fmt: str) -> Case:
+    """The chain written op by op under ``jax.jit``: the elementwise ops fuse into the sum."""
+    import jax
+
+    import oocarr
+
+    sa, sb, files = _chain_inputs(ctx, fmt)
+    chain = jax.jit(lambda a, b: oocarr.sum(((a - b) * 2) ** 2))
+
+    def run() -> float:
+        return float(chain(oocarr.open(sa.url), oocarr.open(sb.url)))
+
+    return Case(run, files, _scalar)
+
+
 def _chain_dask(ctx: Context, op: str, fmt: str) -> Case:
     sa, sb, files = _chain_inputs(ctx, fmt)
 
@@ -1021,6 +1037,7 @@ RUNNERS: dict[tuple[str, str], Callable[[Context, str, str], Case]] = {
     ("sum", "dask"): _sum_dask,
     ("sum", "loop"): _sum_loop,
     ("chain", "oocarr"): _chain_oocarr,
+    ("chain", "oocarr-opbyop"): _chain_oocarr_opbyop,
     ("chain", "dask"): _chain_dask,
     ("chain", "loop"): _chain_loop,
     ("matmul", "oocarr"): _matmul_oocarr,

@@ -212,7 +212,7 @@ LONG_SUM = """
     import signal, sys, tempfile, os
     signal.signal(signal.SIGINT, signal.default_int_handler)
     import jax, numpy as np, oocarr
-    x = oocarr.save(np.ones((8000, 1000), "f4"), os.path.join({tmp!r}, "x.npy"))
+    x = oocarr.save(np.ones((40000, 1000), "f4"), os.path.join({tmp!r}, "x.npy"))
     f = jax.jit(lambda x: oocarr.sum(x * 2.0))
     with oocarr.memory_budget("64KB"):  # thousands of tiles: many seconds
         print("started", flush=True)

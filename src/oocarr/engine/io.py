@@ -52,7 +52,7 @@ class Operand:
     def ref(self) -> Any:
         """What a task carries for this operand: its locator when stored (reopened where the
         task runs), its values when in memory."""
-        return self.value.locator if self.stored else np.asarray(self.value)
+        return self.value.portable_locator if self.stored else np.asarray(self.value)
 
     @property
     def dtype(self) -> np.dtype:
@@ -65,7 +65,7 @@ class Operand:
             return self._last[1]
         block = self.value.read_view(region, self._buffers.empty)
         if self.counts is not None:
-            self.counts.count_read(block.nbytes)
+            self.counts.count_read(self.value.read_bytes(block.shape))
         self._last = (region, block)
         return block
 

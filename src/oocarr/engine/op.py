@@ -22,11 +22,13 @@ import numpy as np
 
 from oocarr.store import pages
 from oocarr.store.pages import grow_block
+from oocarr.store.regions import broadcast_region
 
 from .plan import INPUT_TILES, WRITE_BEHIND_TILES
 
 __all__ = [
     "INPUT_TILES",
+    "broadcast_region",
     "Op",
     "BlockParallelOp",
     "CustomOp",

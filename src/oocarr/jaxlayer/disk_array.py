@@ -23,6 +23,7 @@ import numpy as np
 from jax._src import core as jax_core
 from jax.experimental.hijax import HiType, ShapedArray, register_hitype
 
+from oocarr.engine.fused import is_fused, short_name
 from oocarr.store import registry
 from oocarr.store.blocked import BlockedArray
 from oocarr.store.dtypes import dtype_name
@@ -114,14 +115,19 @@ def _writer_of(store: BlockedArray) -> WriterLock | None:
 _VSPACE: dict[str, Callable[..., Any]] = {}
 
 
-def register_vspace(zero: Callable[..., Any], add: Callable[..., Any]) -> None:
+def register_vspace(
+    zero: Callable[..., Any],
+    add: Callable[..., Any],
+    materialize: Callable[..., Any] | None = None,
+) -> None:
     """Set how a :class:`DiskArrayType` makes a zero gradient and adds two gradients.
 
     ``zero(aval)`` returns a ``DiskArray`` of zeros at ``aval``'s locator;
-    ``add(aval, x, y)`` writes ``x + y`` there.  :mod:`oocarr.jaxlayer.make_op`
-    registers its :func:`~oocarr.jaxlayer.make_op.zeros_at` and
-    :func:`~oocarr.jaxlayer.make_op.add_into` when it is imported, which
-    importing :mod:`oocarr.jaxlayer` does.
+    ``add(aval, x, y)`` writes ``x + y`` there; ``materialize(aval, marker)``
+    writes a fused array that a jitted function returns to scratch storage.
+    :mod:`oocarr.jaxlayer.make_op` registers its :func:`~oocarr.jaxlayer.make_op.zeros_at`,
+    :func:`~oocarr.jaxlayer.make_op.add_into` and ``materialize_fused`` when it
+    is imported, which importing :mod:`oocarr.jaxlayer` does.
 
     Examples
     --------
@@ -130,6 +136,8 @@ def register_vspace(zero: Callable[..., Any], add: Callable[..., Any]) -> None:
     """
     _VSPACE["zero"] = zero
     _VSPACE["add"] = add
+    if materialize is not None:
+        _VSPACE["materialize"] = materialize
 
 
 def _vspace(name: str) -> Callable[..., Any]:
@@ -177,7 +185,8 @@ class DiskArrayType(HiType):
         return int(np.prod(self.shape, dtype=np.int64))
 
     def str_short(self, short_dtypes: bool = False, **_: Any) -> str:
-        return f"DiskArray[{dtype_name(self.dtype)}{list(self.shape)} @ {self.locator.full_url}]"
+        where = short_name(self.locator) if is_fused(self.locator) else self.locator.full_url
+        return f"DiskArray[{dtype_name(self.dtype)}{list(self.shape)} @ {where}]"
 
     # lowering: a DiskArray is one scalar marker in the lojax program
     def lo_ty(self) -> list[ShapedArray]:
@@ -188,6 +197,9 @@ class DiskArrayType(HiType):
         return [jnp.zeros((), MARKER_DTYPE) if marker is None else marker]
 
     def raise_val(self, marker: Any) -> DiskArray:
+        if is_fused(self.locator) and not isinstance(marker, jax_core.Tracer):
+            # a fused array leaving a jitted call: its leaves may change or go away after it
+            return _vspace("materialize")(self, marker)
         return DiskArray._at(self.locator, self.shape, self.dtype, marker, tangent=self.tangent)
 
     # autodiff

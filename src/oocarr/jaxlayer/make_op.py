@@ -15,6 +15,8 @@ its gradient arithmetic (:func:`zeros_at`, :func:`add_into`), which runs ops.
 from __future__ import annotations
 
 import functools
+import uuid
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,8 +25,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax._src import core as jax_core
 from jax._src.interpreters import ad as jax_ad
+from jax._src.interpreters import partial_eval as pe
 from jax.experimental.hijax import ShapedArray, VJPHiPrimitive, Zero
 
+from oocarr.engine import fused
+from oocarr.engine.executor import current_executor
 from oocarr.engine.io import Operand
 from oocarr.engine.op import BlockParallelOp, CustomOp
 from oocarr.engine.run import OOCAlgorithm
@@ -165,6 +170,84 @@ class Forward(VJPHiPrimitive):
                 acc.accum(outs[i])
 
 
+class FusedForward(Forward):
+    """An elementwise call under a trace that writes nothing: its output is a fused array
+    (:mod:`oocarr.engine.fused`) that its consumers compute on their tiles.
+
+    ``slots`` are the positions of the in-memory arguments only known when the
+    traced function runs; its callback hands their values over
+    (:func:`~oocarr.engine.fused.deposit`) and returns the output's marker,
+    which depends on the stored inputs' markers, so a consumer runs after
+    whatever wrote them.  Gradients are :class:`Forward`'s.
+    """
+
+    def __init__(
+        self, op: BlockParallelOp, in_avals: tuple, locator: Locator, slots: tuple, token: str
+    ) -> None:
+        self.slots = slots
+        self.token = token
+        structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in in_avals]
+        dtype = np.dtype(op.result_dtype(*structs))
+        out_aval = DiskArrayType(op.output_shape, dtype, locator)
+        super().__init__(op, in_avals, out_aval)
+        weakref.finalize(self, fused.forget, token)
+
+    def expand(self, *args: Any) -> Any:
+        out_aval, token, held = self.out_aval, self.token, self
+        values = [args[i] for i in self.slots]
+        stored = [a for a, aval in zip(args, self.in_avals) if isinstance(aval, DiskArrayType)]
+
+        def run(*given: Any) -> Any:
+            fused.deposit(token, given[: len(values)])
+            return marker()
+
+        traced = is_traced(args)
+        result = call(run, result_struct(out_aval), *values, *stored)
+        out = DiskArray._at(
+            out_aval.locator, out_aval.shape, out_aval.dtype, result if traced else None
+        )
+        out._fused_by = held  # its slots live as long as this handle does
+        return out
+
+
+def _under_jit() -> bool:
+    """Whether the current trace stages a program (``jit``, ``lax`` control flow), itself or
+    below a ``grad``: an eager ``grad`` runs each op now, and its intermediates' gradients
+    are deleted with them, which a fused intermediate (no storage, no lifetime) would leak."""
+    trace = jax_core.trace_ctx.trace
+    while trace is not None:
+        if isinstance(trace, pe.DynamicJaxprTrace):
+            return True
+        trace = getattr(trace, "parent_trace", None)
+    return False
+
+
+def _fused_call(op: Any, args: tuple, avals: tuple) -> FusedForward | None:
+    """The fused primitive of an elementwise call, or ``None`` when it runs as a stored op:
+    eagerly (nothing is traced), on a cluster, or with no stored input."""
+    if not getattr(op, "fusable", False) or op.output_shape == ():
+        return None
+    if not _under_jit() or current_executor() is not None:
+        return None
+    if not any(isinstance(a, DiskArrayType) for a in avals):
+        return None
+    token = uuid.uuid4().hex
+    leaves, slots = [], []
+    for i, (arg, aval) in enumerate(zip(args, avals)):
+        if isinstance(aval, DiskArrayType):
+            leaves.append(fused.Leaf.stored(aval.locator, aval.shape))
+        elif not fused.Leaf.fits_locator(arg, aval):
+            leaves.append(fused.Leaf.slot(token, len(slots), aval.shape, aval.dtype))
+            slots.append(i)
+        else:
+            # strong, as the unfused op reads it (``Operand(np.asarray(v))``): the same bits
+            leaves.append(fused.Leaf.const(np.asarray(arg)))
+    structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals]
+    dtype = op.result_dtype(*structs)
+    locator = fused.fused_locator(type(op), leaves, op.output_shape, dtype)
+    return FusedForward(op, avals, locator, tuple(slots), token)
+
+
 class Backward(VJPHiPrimitive):
     """The gradient of one ``Forward`` call, written at each input's gradient location.
 
@@ -299,7 +382,8 @@ def make_op(
         args = tuple(_as_argument(a) for a in args)
         avals = tuple(jax.typeof(a) for a in args)
         op = _op_instance(op_class, tuple(a.shape for a in avals), _freeze_params(params))
-        return Forward(op, avals)(*args)
+        primitive = _fused_call(op, args, avals) or Forward(op, avals)
+        return primitive(*args)
 
     public_fn.__name__ = getattr(op_class, "name", op_class.__name__)
     public_fn.__qualname__ = public_fn.__name__
@@ -387,4 +471,20 @@ def update(x: Any, new: Any) -> DiskArray:
     return result
 
 
-register_vspace(zeros_at, add_into)
+def materialize_fused(aval: DiskArrayType, done: Any) -> DiskArray:
+    """A fused array that a jitted function returned, written to scratch storage once the
+    call that fused it (``done``: its marker) has run.
+
+    Examples
+    --------
+    >>> import jax, numpy as np, oocarr
+    >>> y = jax.jit(lambda x: x * 2.0)(oocarr.from_numpy(np.ones(3, "f4")))
+    >>> y.locator.driver, np.asarray(y)
+    ('memmap', array([2., 2., 2.], dtype=float32))
+    """
+    jax.block_until_ready(done)
+    op = _op_instance(Identity, (aval.shape,), ())
+    return Forward(op, (aval,))(DiskArray._at(aval.locator, aval.shape, aval.dtype))
+
+
+register_vspace(zeros_at, add_into, materialize_fused)

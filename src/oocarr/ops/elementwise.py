@@ -8,17 +8,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from oocarr.engine.op import BlockParallelOp, Plan, Region
+from oocarr.engine.op import BlockParallelOp, Plan, Region, broadcast_region
 
-__all__ = ["Elementwise", "UNARY", "BINARY", "COMPARISON", "Where", "Identity"]
-
-
-def broadcast_region(out_region: Region, in_shape: tuple[int, ...]) -> Region:
-    """The region of an input of ``in_shape`` broadcast against an output tile."""
-    offset = len(out_region) - len(in_shape)
-    return tuple(
-        slice(0, 1) if n == 1 else out_region[axis + offset] for axis, n in enumerate(in_shape)
-    )
+__all__ = ["broadcast_region", "Elementwise", "UNARY", "BINARY", "COMPARISON", "Where", "Identity"]
 
 
 class Elementwise(BlockParallelOp):
@@ -26,6 +18,9 @@ class Elementwise(BlockParallelOp):
 
     residency = 4
     pad_mode = "edge"
+    #: Under ``jax.jit`` a call on stored arrays is a fused array (see
+    #: :mod:`oocarr.engine.fused`): ``fn`` is evaluated on the consumer's tiles.
+    fusable = True
     fn = staticmethod(jnp.add)
 
     def compute_output_shape(self) -> tuple[int, ...]:

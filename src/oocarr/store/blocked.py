@@ -838,6 +838,24 @@ class BlockedArray(abc.ABC):
         """
         return 0
 
+    def read_bytes(self, shape: Sequence[int]) -> int:
+        """Bytes one read of a region of ``shape`` reads from storage, as the I/O counters
+        count it: the region's own bytes, or a computed array's inputs' (a fused array).
+
+        Examples
+        --------
+        >>> import numpy as np, oocarr
+        >>> oocarr.from_numpy(np.zeros((4, 4))).store.read_bytes((2, 4))
+        64
+        """
+        return math.prod(shape) * self._dtype.itemsize
+
+    @property
+    def portable_locator(self) -> Locator:
+        """The locator a task sent to another process reopens this array by: :attr:`locator`,
+        or one that also carries values held only in this process (a fused array's)."""
+        return self._locator
+
     def read_threads(self, shape: Sequence[int]) -> int:
         """Threads one read of a region of ``shape`` keeps busy, at most.
 

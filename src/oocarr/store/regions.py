@@ -9,7 +9,7 @@ from typing import Any
 
 from oocarr.errors import InvalidArgumentError
 
-__all__ = ["Selection", "parse_key", "check_region"]
+__all__ = ["Selection", "parse_key", "check_region", "broadcast_region"]
 
 
 @dataclass(frozen=True)
@@ -132,3 +132,20 @@ def check_region(region: Sequence[Any] | None, shape: Sequence[int], url: str) -
             )
         out.append(slice(start, stop))
     return tuple(out)
+
+
+def broadcast_region(out_region: Sequence[slice], in_shape: Sequence[int]) -> tuple[slice, ...]:
+    """The region of an input of ``in_shape`` that NumPy broadcasting pairs with ``out_region``
+    of the output: axes of length 1 give ``slice(0, 1)``, missing leading axes are dropped.
+
+    Examples
+    --------
+    >>> broadcast_region((slice(2, 4), slice(0, 3)), (1, 5))
+    (slice(0, 1, None), slice(0, 3, None))
+    >>> broadcast_region((slice(2, 4), slice(0, 3)), (5,))
+    (slice(0, 3, None),)
+    """
+    offset = len(out_region) - len(in_shape)
+    return tuple(
+        slice(0, 1) if n == 1 else out_region[axis + offset] for axis, n in enumerate(in_shape)
+    )

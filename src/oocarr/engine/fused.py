@@ -1,0 +1,411 @@
+"""Fused arrays: a chain of elementwise ops over stored arrays, computed tile by tile on read.
+
+Under ``jax.jit`` an elementwise op on stored arrays writes nothing: its
+output is a :class:`FusedArray`, an array whose locator (driver ``"fused"``)
+holds the expression (the ops' classes, nested) and its leaves: the stored
+arrays' locators, small constants, and *slots* for in-memory values only
+known when the compiled function runs (a traced weight, a cotangent).  The
+op that consumes it (a reduction, a matmul, another fused op, a write at the
+end of the jitted call) reads its tiles like any stored array's; each read
+reads the leaves' matching regions and evaluates the whole chain in one
+jitted function, so ``oocarr.sum(((a - b) * 2) ** 2)`` streams ``a`` and
+``b`` once and no intermediate reaches storage.
+
+A slot's values live in this process (:func:`deposit`), held while the
+primitive that made them lives; :attr:`FusedArray.portable_locator` puts
+them into the locator itself for a task sent to another process.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+import math
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from oocarr.errors import InvalidArgumentError, OocarrError, ReadOnlyError
+from oocarr.store.blocked import BlockedArray
+from oocarr.store.buffers import BufferPool
+from oocarr.store.dtypes import as_dtype, dtype_token
+from oocarr.store.locator import Locator
+from oocarr.store.regions import broadcast_region
+from oocarr.store.registry import get_driver
+
+__all__ = [
+    "FusedArray",
+    "Leaf",
+    "deposit",
+    "forget",
+    "fused_locator",
+    "is_fused",
+    "short_name",
+]
+
+DRIVER = "fused"
+
+#: Most elements of an in-memory operand written into the locator as a constant; a larger one
+#: is a slot (its values handed over when the jitted function runs).
+CONST_ELEMS = 64
+
+_SLOTS: dict[str, tuple[np.ndarray, ...]] = {}
+_SLOTS_LOCK = threading.Lock()
+
+
+def deposit(token: str, values: Sequence[Any]) -> None:
+    """Hold ``values`` as the slots ``token`` names (each call of a jitted function replaces
+    the previous call's).
+
+    Examples
+    --------
+    >>> deposit("example", [np.ones(2)])
+    >>> forget("example")
+    """
+    held = tuple(np.asarray(v) for v in values)
+    with _SLOTS_LOCK:
+        _SLOTS[token] = held
+
+
+def forget(token: str) -> None:
+    """Drop the slots ``token`` names (the primitive that filled them is gone)."""
+    with _SLOTS_LOCK:
+        _SLOTS.pop(token, None)
+
+
+def _slot_values(token: str) -> tuple[np.ndarray, ...]:
+    with _SLOTS_LOCK:
+        try:
+            return _SLOTS[token]
+        except KeyError:
+            raise OocarrError(
+                "a fused oocarr array outlived the in-memory values it was computed from; "
+                "write it to storage inside the jitted function (oocarr.save) to keep it"
+            ) from None
+
+
+def is_fused(locator: Locator) -> bool:
+    """Whether ``locator`` addresses a :class:`FusedArray`.
+
+    Examples
+    --------
+    >>> is_fused(Locator.make("memmap", "/a.npy"))
+    False
+    """
+    return locator.driver == DRIVER
+
+
+def short_name(locator: Locator) -> str:
+    """A fused array's name in messages and jaxprs: ``fused:`` and its last op.
+
+    Examples
+    --------
+    >>> from oocarr.ops.elementwise import UNARY
+    >>> a = Leaf.stored(Locator.make("memmap", "/a.npy"), (4,))
+    >>> short_name(fused_locator(UNARY["exp"], [a], (4,), "f4"))
+    'fused:exp'
+    """
+    op = _spec_of(locator)["expr"]["op"]
+    return f"{DRIVER}:{op.rpartition(':')[2].lower()}"
+
+
+class Leaf:
+    """One leaf of a fused expression, as :func:`fused_locator` takes it.
+
+    Build with :meth:`stored`, :meth:`const` or :meth:`slot`.
+    """
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.spec = spec
+
+    @classmethod
+    def stored(cls, locator: Locator, shape: Sequence[int]) -> Leaf:
+        """A stored array (a fused one is inlined into the new expression)."""
+        return cls({"locator": locator.to_dict(), "shape": list(shape)})
+
+    @staticmethod
+    def fits_locator(value: Any, aval: Any) -> bool:
+        """Whether an in-memory operand is a constant of the locator (a concrete, small,
+        real value) rather than a slot."""
+        if isinstance(value, jax.core.Tracer) or math.prod(aval.shape) > CONST_ELEMS:
+            return False
+        return np.dtype(aval.dtype).kind != "c"  # JSON has no complex numbers
+
+    @classmethod
+    def const(cls, value: Any) -> Leaf:
+        """A small in-memory value written into the locator."""
+        value = np.asarray(value)
+        return cls(
+            {
+                "const": value.astype(np.float64).tolist()
+                if value.dtype.kind == "V"
+                else value.tolist(),
+                "dtype": dtype_token(value.dtype),
+                "shape": list(value.shape),
+            }
+        )
+
+    @classmethod
+    def slot(cls, token: str, index: int, shape: Sequence[int], dtype: Any) -> Leaf:
+        """Value ``index`` of the slots ``token`` names, held by :func:`deposit` at run time."""
+        return cls(
+            {
+                "slot": token,
+                "index": index,
+                "shape": list(shape),
+                "dtype": dtype_token(dtype),
+            }
+        )
+
+
+def _spec_of(locator: Locator) -> dict[str, Any]:
+    try:
+        spec = json.loads(locator.url)
+        spec["expr"], spec["leaves"]  # noqa: B018 - both must be there
+        return spec
+    except (ValueError, KeyError, TypeError) as err:
+        raise InvalidArgumentError(f"not a fused array's locator: {locator} ({err})") from None
+
+
+def fused_locator(
+    op_class: type, leaves: Sequence[Leaf], shape: Sequence[int], dtype: Any
+) -> Locator:
+    """The locator of ``op_class`` applied to ``leaves``: a fused array of ``shape``, ``dtype``.
+
+    A stored leaf that is itself fused is inlined (its expression and leaves
+    merged), so a chain is one expression evaluated in one function; equal
+    leaves are read once.
+
+    Examples
+    --------
+    >>> from oocarr.ops.elementwise import BINARY
+    >>> a = Leaf.stored(Locator.make("memmap", "/a.npy"), (4,))
+    >>> loc = fused_locator(BINARY["multiply"], [a, Leaf.const(np.float32(2))], (4,), "f4")
+    >>> loc.driver, json.loads(loc.url)["expr"]["op"]
+    ('fused', 'oocarr.ops.elementwise:Multiply')
+    """
+    merged: list[dict[str, Any]] = []
+
+    def leaf_index(spec: dict[str, Any]) -> int:
+        if spec not in merged:
+            merged.append(spec)
+        return merged.index(spec)
+
+    def renumber(node: dict[str, Any], mapping: list[int]) -> dict[str, Any]:
+        if "leaf" in node:
+            return {"leaf": mapping[node["leaf"]]}
+        return {"op": node["op"], "args": [renumber(a, mapping) for a in node["args"]]}
+
+    args = []
+    for leaf in leaves:
+        spec = leaf.spec
+        if "locator" in spec and spec["locator"]["driver"] == DRIVER:
+            inner = _spec_of(Locator.from_dict(spec["locator"]))
+            mapping = [leaf_index(s) for s in inner["leaves"]]
+            args.append(renumber(inner["expr"], mapping))
+        else:
+            args.append({"leaf": leaf_index(spec)})
+    path = f"{op_class.__module__}:{op_class.__qualname__}"
+    expr = {"op": path, "args": args}
+    url = json.dumps({"expr": expr, "leaves": merged}, sort_keys=True)
+    return Locator.make(DRIVER, url, "", None, {"shape": list(shape), "dtype": dtype_token(dtype)})
+
+
+@functools.lru_cache(maxsize=256)
+def _op_function(path: str) -> Any:
+    module, _, name = path.partition(":")
+    cls = getattr(importlib.import_module(module), name)
+    if not getattr(cls, "fusable", False):
+        raise InvalidArgumentError(f"{path} is not an elementwise op a fused array can hold")
+    return cls.fn
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(expr_json: str) -> Any:
+    """One jitted function of the leaves' blocks evaluating the whole expression."""
+    expr = json.loads(expr_json)
+
+    def evaluate(*leaves: Any) -> Any:
+        def value(node: dict[str, Any]) -> Any:
+            if "leaf" in node:
+                return leaves[node["leaf"]]
+            return _op_function(node["op"])(*(value(a) for a in node["args"]))
+
+        return value(expr)
+
+    return jax.jit(evaluate)
+
+
+class FusedArray(BlockedArray):
+    """A read-only array computed on read: an elementwise expression over stored leaves."""
+
+    name = DRIVER
+    suffixes = ()
+    supports_out_buffer = True
+    atomic_create = False
+    supports_attrs = False
+    supports_chunks = False
+
+    def __init__(self, locator: Locator, spec: dict[str, Any]) -> None:
+        options = locator.driver_kwargs
+        shape = tuple(options["shape"])
+        self._spec = spec
+        self._leaf_shapes = [tuple(s["shape"]) for s in spec["leaves"]]
+        self._stores: list[BlockedArray | None] = []
+        self._values: list[Any] = []
+        try:
+            for leaf in spec["leaves"]:
+                self._stores.append(None)
+                self._values.append(None)
+                if "locator" in leaf:
+                    loc = Locator.from_dict(leaf["locator"])
+                    self._stores[-1] = get_driver(loc.driver).open(loc, "r")
+                elif "slot" in leaf:
+                    self._values[-1] = _slot_values(leaf["slot"])[leaf["index"]]
+                else:
+                    self._values[-1] = np.asarray(leaf["const"]).astype(as_dtype(leaf["dtype"]))
+        except BaseException:
+            self._release()
+            raise
+        chunks = next(
+            (
+                s.chunks
+                for s in self._stores
+                if s is not None and tuple(s.shape) == shape and s.chunks is not None
+            ),
+            None,
+        )
+        self._fn = _compiled(json.dumps(spec["expr"], sort_keys=True))
+        self._pool = BufferPool(keep=2 * len(self._stores))
+        super().__init__(locator, shape, as_dtype(options["dtype"]), chunks, mode="r")
+
+    @classmethod
+    def can_open(cls, container: str, inner: str, storage_options: Any) -> bool:
+        return False
+
+    @classmethod
+    def _open(cls, locator: Locator, mode: str) -> FusedArray:
+        if mode != "r":
+            raise ReadOnlyError(
+                "a fused array is computed from other arrays and cannot be written; "
+                "oocarr.save it to storage first",
+                url=locator.full_url,
+            )
+        return cls(locator, _spec_of(locator))
+
+    @classmethod
+    def _create(cls, locator, shape, dtype, chunks, compression, attrs, overwrite):
+        raise InvalidArgumentError(
+            "a fused array cannot be created; it is the result of elementwise ops",
+            url=locator.full_url,
+        )
+
+    @classmethod
+    def exists(cls, locator: Locator) -> bool:
+        for leaf in _spec_of(locator)["leaves"]:
+            if "locator" in leaf:
+                loc = Locator.from_dict(leaf["locator"])
+                if not get_driver(loc.driver).exists(loc):
+                    return False
+        return True
+
+    @classmethod
+    def delete(cls, locator: Locator) -> None:
+        """A fused array holds no storage of its own; its leaves are never deleted."""
+
+    @property
+    def url(self) -> str:
+        """A short name for messages (the locator itself holds the whole expression)."""
+        return short_name(self.locator)
+
+    @property
+    def portable_locator(self) -> Locator:
+        """This array's locator with its slots' values written in as constants, so that a
+        task holding it reopens it in another process."""
+        spec = json.loads(self.locator.url)
+        for i, leaf in enumerate(spec["leaves"]):
+            if "slot" in leaf:
+                value = np.asarray(self._values[i])
+                value = value.astype(as_dtype(leaf["dtype"]))
+                spec["leaves"][i] = Leaf.const(value).spec
+        url = json.dumps(spec, sort_keys=True)
+        return Locator.make(DRIVER, url, "", None, self.locator.driver_kwargs)
+
+    def _leaf_regions(self, region: tuple[slice, ...]) -> list[tuple[slice, ...]]:
+        return [broadcast_region(region, s) for s in self._leaf_shapes]
+
+    def _compute(self, region: tuple[slice, ...]) -> np.ndarray:
+        blocks = []
+        for store, value, leaf_region in zip(
+            self._stores, self._values, self._leaf_regions(region)
+        ):
+            if store is not None:
+                blocks.append(store.read_view(leaf_region, self._pool.empty))
+            elif isinstance(value, np.ndarray) and value.ndim:
+                blocks.append(value[leaf_region])
+            else:
+                blocks.append(value)
+        result = np.asarray(self._fn(*blocks))
+        shape = tuple(r.stop - r.start for r in region)
+        if result.dtype != self.dtype:
+            result = result.astype(self.dtype)
+        if result.shape != shape:
+            result = np.ascontiguousarray(np.broadcast_to(result, shape))
+        return result
+
+    def _read(self, region: tuple[slice, ...], out: np.ndarray) -> None:
+        out[...] = self._compute(region)
+
+    def _view(self, region: tuple[slice, ...]) -> np.ndarray | None:
+        result = self._compute(region)
+        result.flags.writeable = False
+        return result
+
+    def _write(self, region, value) -> None:  # pragma: no cover - _open refuses "r+"
+        raise ReadOnlyError("a fused array cannot be written", url=self.url)
+
+    def _read_attrs(self) -> dict[str, Any]:
+        return {}
+
+    def _write_attrs(self, attrs: dict[str, Any]) -> None:
+        raise ReadOnlyError("a fused array has no attributes to write", url=self.url)
+
+    def _flush(self) -> None:
+        pass
+
+    def _release(self) -> None:
+        for store in self._stores:
+            if store is not None:
+                store.close()
+
+    @property
+    def compression(self) -> str | None:
+        return None
+
+    def _leaf_tiles(self, shape: Sequence[int]) -> list[tuple[BlockedArray, tuple[int, ...]]]:
+        region = tuple(slice(0, n) for n in shape)
+        return [
+            (store, tuple(r.stop - r.start for r in leaf_region))
+            for store, leaf_region in zip(self._stores, self._leaf_regions(region))
+            if store is not None
+        ]
+
+    def read_overhead(self, shape: Sequence[int]) -> int:
+        """The leaves' blocks and their drivers' buffers, and one block-sized temporary of
+        the evaluation (a leaf block XLA copies to align it)."""
+        leaves = sum(
+            math.prod(s) * store.dtype.itemsize + store.read_overhead(s)
+            for store, s in self._leaf_tiles(shape)
+        )
+        return leaves + math.prod(shape) * self.dtype.itemsize
+
+    def read_threads(self, shape: Sequence[int]) -> int:
+        return max((store.read_threads(s) for store, s in self._leaf_tiles(shape)), default=0)
+
+    def read_bytes(self, shape: Sequence[int]) -> int:
+        """Bytes a read of a region of ``shape`` reads from storage: the leaves' blocks."""
+        return sum(store.read_bytes(s) for store, s in self._leaf_tiles(shape))

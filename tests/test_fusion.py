@@ -1,0 +1,153 @@
+"""Elementwise chains under ``jax.jit`` fuse: the consumer computes the chain on its own tiles,
+so no intermediate reaches storage.  Every value is checked against NumPy or ``jax.numpy``."""
+
+from __future__ import annotations
+
+import pickle
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import oocarr
+from oocarr.engine import fused
+from oocarr.errors import OocarrError, ReadOnlyError
+
+RNG = np.random.default_rng(7)
+A = RNG.standard_normal((300, 70)).astype("f4")
+B = RNG.standard_normal((300, 70)).astype("f4")
+ROW = RNG.standard_normal((1, 70)).astype("f4")
+
+
+def _written(stats) -> int:
+    return stats.total.bytes_written
+
+
+def test_a_chain_reads_each_input_once_and_writes_nothing(backend):
+    a = oocarr.DiskArray(backend.store(A, chunks=(64, 32)))
+    b = oocarr.DiskArray(backend.store(B, chunks=(64, 32)))
+    chain = jax.jit(lambda a, b: oocarr.sum(((a - b) * 2) ** 2))
+    with oocarr.memory_budget("64KB"), oocarr.io_stats() as stats:
+        got = float(chain(a, b))
+    np.testing.assert_allclose(got, np.sum(((A - B) * 2) ** 2, dtype=np.float64), rtol=1e-5)
+    assert _written(stats) == 0
+    assert stats.total.bytes_read == A.nbytes + B.nbytes
+
+
+def test_unfused_eager_chain_writes_its_intermediates():
+    """The eager chain is the baseline the fused one saves: three intermediates written."""
+    a, b = oocarr.from_numpy(A), oocarr.from_numpy(B)
+    with oocarr.io_stats() as stats:
+        got = float(oocarr.sum(((a - b) * 2) ** 2))
+    np.testing.assert_allclose(got, np.sum(((A - B) * 2) ** 2, dtype=np.float64), rtol=1e-5)
+    assert _written(stats) == 3 * A.nbytes
+
+
+def test_broadcast_leaves_constants_and_traced_values():
+    a, row = oocarr.from_numpy(A), oocarr.from_numpy(ROW)
+    col = RNG.standard_normal((300, 1)).astype("f4")
+    scale = RNG.standard_normal(70).astype("f4")  # over CONST_ELEMS: a slot
+
+    def f(a, row, col, scale, t):
+        y = oocarr.exp(oocarr.tanh(a * scale - row) / 3.0) + col * t
+        return oocarr.sum(oocarr.maximum(y, 1.5)), oocarr.mean(oocarr.where(a > 0, y, -y))
+
+    got = jax.jit(f)(a, row, jnp.asarray(col), jnp.asarray(scale), jnp.float32(0.25))
+    y = np.exp(np.tanh(A * scale - ROW) / 3.0) + col * np.float32(0.25)
+    np.testing.assert_allclose(float(got[0]), np.maximum(y, 1.5).sum(dtype=np.float64), rtol=1e-5)
+    np.testing.assert_allclose(float(got[1]), np.where(A > 0, y, -y).mean(), rtol=1e-4, atol=1e-6)
+
+
+def test_a_fused_chain_gives_the_unfused_chain_s_dtype_and_bits():
+    half = oocarr.from_numpy(A.astype("f2"))
+    eager = half * 2.0 + 1
+    fused_out = jax.jit(lambda h: h * 2.0 + 1)(half)
+    assert fused_out.dtype == eager.dtype
+    np.testing.assert_array_equal(np.asarray(fused_out), np.asarray(eager))
+    np.testing.assert_allclose(np.asarray(fused_out), A.astype("f2") * 2.0 + 1, rtol=1e-3)
+
+
+def test_a_returned_chain_is_written_to_storage_and_keeps_its_values():
+    a = oocarr.save(A, oocarr.scratch_dir() + "/fusion-src.npy", mode="r+")
+    try:
+        y = jax.jit(lambda a: oocarr.exp(a) * 0.5)(a)
+        assert not fused.is_fused(y.locator)
+        oocarr.update(a, a * 0.0)  # the source changes after the call
+        np.testing.assert_allclose(np.asarray(y), np.exp(A) * 0.5, rtol=1e-6)
+    finally:
+        a.close()
+        del a
+        import os
+
+        os.remove(oocarr.scratch_dir() + "/fusion-src.npy")
+
+
+def test_matmul_and_softmax_read_a_fused_operand():
+    a = oocarr.from_numpy(A)
+    w = RNG.standard_normal((70, 5)).astype("f4")
+    f = jax.jit(lambda a, w: (oocarr.sum((a * 2.0 - 1.0) @ w), oocarr.softmax(a * 3.0, axis=1)))
+    with oocarr.memory_budget("128KB"), oocarr.io_stats() as stats:
+        total, soft = f(a, jnp.asarray(w))
+    np.testing.assert_allclose(float(total), ((A * 2 - 1) @ w).sum(dtype=np.float64), rtol=1e-4)
+    np.testing.assert_allclose(np.asarray(soft), np.asarray(jax.nn.softmax(A * 3.0, axis=1)), 1e-5)
+    # the matmul's output and the softmax's (returned) are the only writes
+    assert _written(stats) <= (300 * 5 + A.size) * 4 + 4096
+
+
+@pytest.mark.parametrize("stored_grad", [False, True])
+def test_gradients_through_a_fused_chain_match_jax(stored_grad):
+    a, row = oocarr.from_numpy(A), oocarr.from_numpy(ROW)
+
+    def loss(a, w):
+        return oocarr.mean(oocarr.square(oocarr.tanh(a * w - row) + a))
+
+    def want(a, w):
+        return jnp.mean(jnp.square(jnp.tanh(a * w - ROW) + a))
+
+    w = jnp.asarray(RNG.standard_normal(70).astype("f4"))
+    argnum = 0 if stored_grad else 1
+    value, grad = jax.jit(jax.value_and_grad(loss, argnums=argnum))(a, w)
+    want_value, want_grad = jax.value_and_grad(want, argnums=argnum)(jnp.asarray(A), w)
+    np.testing.assert_allclose(float(value), float(want_value), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(grad), np.asarray(want_grad), rtol=1e-4, atol=1e-6)
+
+
+def test_a_jitted_step_compiles_once_and_follows_new_values():
+    a = oocarr.from_numpy(A)
+    traces = []
+
+    def step(a, t):
+        traces.append(1)
+        return oocarr.sum(oocarr.square(a - t))
+
+    f = jax.jit(step)
+    for t in (0.0, 1.0, -2.0):
+        got = float(f(a, jnp.float32(t)))
+        np.testing.assert_allclose(got, np.sum((A - t) ** 2, dtype=np.float64), rtol=1e-5)
+    assert len(traces) == 1
+
+
+def test_a_fused_array_is_read_only_and_pickles_with_its_slot_values():
+    a = oocarr.from_numpy(A)
+    leaves = [fused.Leaf.stored(a.locator, A.shape), fused.Leaf.slot("t", 0, (70,), "f4")]
+    from oocarr.ops.elementwise import BINARY
+
+    locator = fused.fused_locator(BINARY["add"], leaves, A.shape, "f4")
+    fused.deposit("t", [ROW[0]])
+    with _open(locator) as store:
+        np.testing.assert_array_equal(store[10:20], A[10:20] + ROW[0])
+        portable = store.portable_locator
+        with pytest.raises(ReadOnlyError):
+            _open(locator, "r+")
+    fused.forget("t")
+    with pytest.raises(OocarrError, match="outlived"):
+        _open(locator)
+    with pickle.loads(pickle.dumps(_open(portable))) as store:
+        np.testing.assert_array_equal(store[:], A + ROW[0])
+
+
+def _open(locator, mode="r"):
+    from oocarr.store.registry import get_driver
+
+    return get_driver(locator.driver).open(locator, mode)

@@ -151,3 +151,56 @@ def _open(locator, mode="r"):
     from oocarr.store.registry import get_driver
 
     return get_driver(locator.driver).open(locator, mode)
+
+
+REDUCTIONS = [
+    ("sum", lambda v, **k: oocarr.sum(v, **k), np.sum),
+    ("mean", lambda v, **k: oocarr.mean(v, **k), np.mean),
+    ("max", lambda v, **k: oocarr.max(v, **k), np.max),
+    ("min", lambda v, **k: oocarr.min(v, **k), np.min),
+]
+
+
+@pytest.mark.parametrize("name, reduce, want", REDUCTIONS, ids=[r[0] for r in REDUCTIONS])
+@pytest.mark.parametrize("axis", [None, 0, 1])
+def test_reductions_of_a_chain_over_edge_tiles_match_numpy(name, reduce, want, axis):
+    """Tiles that do not divide the array: the edge blocks of the leaves are not padded, so
+    the chain of padding never reaches the reduction (``exp`` of a zero pad would add 1 to a
+    sum, and a max of ``-exp`` would see it)."""
+    a, row = oocarr.from_numpy(A), oocarr.from_numpy(ROW)
+    f = jax.jit(lambda a, row, t: reduce(-oocarr.exp(a * t - row) + 1.0, axis=axis))
+    with oocarr.memory_budget("40KB"):
+        got = np.asarray(f(a, row, jnp.float32(0.5)))
+    expected = want((-np.exp(A * np.float32(0.5) - ROW) + 1).astype("f4"), axis=axis)
+    np.testing.assert_allclose(got, expected, rtol=2e-5, atol=1e-5)
+
+
+def test_a_reduction_computes_the_chain_in_its_own_block_function():
+    from oocarr.engine import Operand
+    from oocarr.ops.reductions import Sum
+
+    a = oocarr.from_numpy(A)
+    y = jax.jit(lambda a: oocarr.exp(a) * 2.0)  # returned, so written; its fused form:
+    leaves = [fused.Leaf.stored(a.locator, A.shape), fused.Leaf.const(np.float32(2))]
+    from oocarr.ops.elementwise import BINARY
+
+    locator = fused.fused_locator(BINARY["multiply"], leaves, A.shape, "f4")
+    with _open(locator) as store:
+        op, operands = fused.composed(Sum(A.shape), [Operand(store)])
+        assert isinstance(op, fused.ComposedOp)
+        assert [o.value for o in operands] == [store._stores[0]]  # the constant is compiled in
+    np.testing.assert_allclose(np.asarray(y(a)), np.exp(A) * 2, rtol=1e-6)
+
+
+def test_a_small_array_constant_is_read_by_region():
+    """A constant small enough to live in the locator, broadcast against a stored row, over
+    tiles that split it: each tile reads its own rows of the constant."""
+    row = oocarr.from_numpy(ROW)
+    column = np.arange(6, dtype="f4").reshape(6, 1)  # 6 elements: written into the locator
+    f = jax.jit(
+        lambda row: (oocarr.sum(row * column, axis=1), oocarr.sum(oocarr.exp(row - column)))
+    )
+    with oocarr.memory_budget("2KB"):
+        per_row, total = f(row)
+    np.testing.assert_allclose(np.asarray(per_row), (ROW * column).sum(axis=1), rtol=1e-5)
+    np.testing.assert_allclose(float(total), np.exp(ROW - column).sum(dtype=np.float64), rtol=1e-5)

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from oocarr.errors import InvalidArgumentError, OocarrError, ReadOnlyError
@@ -37,8 +38,13 @@ from oocarr.store.locator import Locator
 from oocarr.store.regions import broadcast_region
 from oocarr.store.registry import get_driver
 
+from .io import Operand
+from .op import BlockParallelOp, Plan, Region
+
 __all__ = [
+    "ComposedOp",
     "FusedArray",
+    "composed",
     "Leaf",
     "deposit",
     "forget",
@@ -224,20 +230,51 @@ def _op_function(path: str) -> Any:
     return cls.fn
 
 
-@functools.lru_cache(maxsize=256)
-def _compiled(expr_json: str) -> Any:
-    """One jitted function of the leaves' blocks evaluating the whole expression."""
-    expr = json.loads(expr_json)
+def _inlined(leaf: dict[str, Any]) -> bool:
+    """Whether a leaf is a scalar constant, written into the fused array's function (larger
+    constants are read by region, as stored leaves are)."""
+    return "const" in leaf and not leaf["shape"]
 
-    def evaluate(*leaves: Any) -> Any:
+
+def _program(spec: dict[str, Any]) -> str:
+    """What a fused array's function depends on: its expression and its scalar constants
+    (written into the function, so ``x ** 2`` multiplies as JAX's ``x ** 2`` does), as JSON
+    text."""
+    consts = {str(i): leaf for i, leaf in enumerate(spec["leaves"]) if _inlined(leaf)}
+    program = {"expr": spec["expr"], "consts": consts, "leaves": len(spec["leaves"])}
+    return json.dumps(program, sort_keys=True)
+
+
+def _constant(leaf: dict[str, Any]) -> Any:
+    value = np.asarray(leaf["const"]).astype(as_dtype(leaf["dtype"]))
+    # a 0-d integer (an exponent) as a Python int: JAX then raises to it by multiplying
+    return int(value) if value.ndim == 0 and value.dtype.kind in "iu" else value
+
+
+@functools.lru_cache(maxsize=256)
+def _expression(program_json: str) -> Any:
+    """The function of the non-constant leaves' blocks that evaluates the whole expression."""
+    program = json.loads(program_json)
+    consts = {int(i): _constant(leaf) for i, leaf in program["consts"].items()}
+
+    def evaluate(*given: Any) -> Any:
+        blocks = iter(given)
+        leaves = [consts[i] if i in consts else next(blocks) for i in range(program["leaves"])]
+
         def value(node: dict[str, Any]) -> Any:
             if "leaf" in node:
                 return leaves[node["leaf"]]
             return _op_function(node["op"])(*(value(a) for a in node["args"]))
 
-        return value(expr)
+        return value(program["expr"])
 
-    return jax.jit(evaluate)
+    return evaluate
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(program_json: str) -> Any:
+    """:func:`_expression`, jitted."""
+    return jax.jit(_expression(program_json))
 
 
 class FusedArray(BlockedArray):
@@ -255,6 +292,7 @@ class FusedArray(BlockedArray):
         shape = tuple(options["shape"])
         self._spec = spec
         self._leaf_shapes = [tuple(s["shape"]) for s in spec["leaves"]]
+        self._constant = [_inlined(s) for s in spec["leaves"]]
         self._stores: list[BlockedArray | None] = []
         self._values: list[Any] = []
         try:
@@ -267,7 +305,7 @@ class FusedArray(BlockedArray):
                 elif "slot" in leaf:
                     self._values[-1] = _slot_values(leaf["slot"])[leaf["index"]]
                 else:
-                    self._values[-1] = np.asarray(leaf["const"]).astype(as_dtype(leaf["dtype"]))
+                    self._values[-1] = _constant(leaf)
         except BaseException:
             self._release()
             raise
@@ -279,7 +317,8 @@ class FusedArray(BlockedArray):
             ),
             None,
         )
-        self._fn = _compiled(json.dumps(spec["expr"], sort_keys=True))
+        self._program = _program(spec)
+        self._fn = _compiled(self._program)
         self._pool = BufferPool(keep=2 * len(self._stores))
         super().__init__(locator, shape, as_dtype(options["dtype"]), chunks, mode="r")
 
@@ -340,9 +379,11 @@ class FusedArray(BlockedArray):
 
     def _compute(self, region: tuple[slice, ...]) -> np.ndarray:
         blocks = []
-        for store, value, leaf_region in zip(
-            self._stores, self._values, self._leaf_regions(region)
+        for store, value, constant, leaf_region in zip(
+            self._stores, self._values, self._constant, self._leaf_regions(region)
         ):
+            if constant:
+                continue
             if store is not None:
                 blocks.append(store.read_view(leaf_region, self._pool.empty))
             elif isinstance(value, np.ndarray) and value.ndim:
@@ -409,3 +450,125 @@ class FusedArray(BlockedArray):
     def read_bytes(self, shape: Sequence[int]) -> int:
         """Bytes a read of a region of ``shape`` reads from storage: the leaves' blocks."""
         return sum(store.read_bytes(s) for store, s in self._leaf_tiles(shape))
+
+
+class ComposedOp(BlockParallelOp):
+    """``op`` reading its fused inputs' leaves, each chain evaluated inside ``op``'s own block
+    functions, so the chain's output tile is never formed (one kernel per step, as
+    ``stream_sum`` runs).
+
+    ``parts`` has one item per input of ``op``: ``None`` (read as it is) or ``(expression,
+    leaf shapes, dtype)`` of a fused input, read as its leaves' blocks.  Edge blocks are not
+    padded (the chain of padding is not ``op``'s padding value): an edge step compiles its
+    own block function.
+    """
+
+    pads_edge_blocks = False
+
+    def __init__(self, op: BlockParallelOp, parts: Sequence[tuple | None]) -> None:
+        self.op = op
+        self.parts = tuple(parts)
+        self.name = op.name
+        self.residency = op.residency + sum(len(p[1]) for p in self.parts if p is not None)
+        shapes: list[tuple[int, ...]] = []
+        for shape, part in zip(op.in_shapes, self.parts):
+            shapes += [shape] if part is None else [tuple(s) for s in part[1]]
+        super().__init__(*shapes)
+
+    def compute_output_shape(self) -> tuple[int, ...]:
+        return self.op.output_shape
+
+    @property
+    def key(self) -> tuple:
+        return (type(self), self.op.key, self.parts)
+
+    @property
+    def block_key(self) -> tuple:
+        return (type(self), self.op.block_key, self.in_shapes, self.parts)
+
+    def _inner_dtypes(self, dtypes: Sequence[np.dtype]) -> list[np.dtype]:
+        it = iter(dtypes)
+        inner = []
+        for part in self.parts:
+            if part is None:
+                inner.append(next(it))
+                continue
+            for _ in part[1]:
+                next(it)
+            inner.append(as_dtype(part[2]))
+        return inner
+
+    def tile_itemsize(self, dtypes: Sequence[np.dtype], plan: Plan | None = None) -> int:
+        inner = self.op.tile_itemsize(self._inner_dtypes(dtypes), plan)
+        return max([inner, *(np.dtype(d).itemsize for d in dtypes)])
+
+    def min_tile_elems(self) -> int:
+        return self.op.min_tile_elems()
+
+    def plan(self, budget_elems: int, chunks: tuple[int, ...] | None, host: bool = False) -> Plan:
+        """``op``'s plan, with its share of each tile-sized buffer scaled to the leaves'."""
+        return self.op.plan(budget_elems * self.op.residency // self.residency, chunks)
+
+    def index_map(self, out_region: Region, plan: Plan):
+        for regions in self.op.index_map(out_region, plan):
+            flat: list[Region] = []
+            for region, part in zip(regions, self.parts):
+                if part is None:
+                    flat.append(region)
+                    continue
+                flat += [broadcast_region(region, s) for s in part[1]]
+            yield tuple(flat)
+
+    def forward_block(self, *blocks: Any) -> Any:
+        it = iter(blocks)
+        inputs = []
+        for region_shape, part in zip(self._block_shapes(blocks), self.parts):
+            if part is None:
+                inputs.append(next(it))
+                continue
+            expr, leaf_shapes, dtype = part
+            value = _expression(expr)(*(next(it) for _ in leaf_shapes))
+            inputs.append(jnp.broadcast_to(value.astype(as_dtype(dtype)), region_shape))
+        return self.op.forward_block(*inputs)
+
+    def _block_shapes(self, blocks: Sequence[Any]) -> list[tuple[int, ...]]:
+        """The shape of each of ``op``'s input blocks, from the leaves' blocks (NumPy
+        broadcasting of a fused input's leaves)."""
+        it = iter(blocks)
+        shapes = []
+        for part in self.parts:
+            if part is None:
+                shapes.append(tuple(next(it).shape))
+                continue
+            shapes.append(np.broadcast_shapes(*(tuple(next(it).shape) for _ in part[1])))
+        return shapes
+
+    def combine(self, acc: Any, part: Any) -> Any:
+        return self.op.combine(acc, part)
+
+    def finish(self, acc: Any) -> Any:
+        return self.op.finish(acc)
+
+
+def composed(op: BlockParallelOp, operands: Sequence[Operand]) -> tuple | None:
+    """``(ComposedOp, operands)`` reading the leaves of ``op``'s fused inputs in place of their
+    tiles, or ``None`` when ``op`` has no fused input or plans its own whole budget
+    (``matmul``, whose host BLAS folds the blocks as they are read)."""
+    fused_inputs = [isinstance(o.value, FusedArray) for o in operands]
+    if not any(fused_inputs) or op.whole_budget or len(operands) != len(op.in_shapes):
+        return None
+    parts: list[tuple | None] = []
+    flat: list[Operand] = []
+    for operand in operands:
+        array = operand.value
+        if not isinstance(array, FusedArray):
+            parts.append(None)
+            flat.append(operand)
+            continue
+        read = [i for i, constant in enumerate(array._constant) if not constant]
+        shapes = tuple(array._leaf_shapes[i] for i in read)
+        parts.append((array._program, shapes, dtype_token(array.dtype)))
+        for i in read:
+            store, value = array._stores[i], array._values[i]
+            flat.append(Operand(store if store is not None else value, operand.counts))
+    return ComposedOp(op, parts), flat

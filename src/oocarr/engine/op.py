@@ -162,6 +162,10 @@ class BlockParallelOp(Op):
     pad_mode: str = "constant"
     #: The value ``"constant"`` padding uses (``-inf`` suits a maximum).
     pad_value: float = 0.0
+    #: Edge blocks are padded to the nominal tile shape (block functions compile once); an op
+    #: whose padding would not be neutral leaves them as they are, each edge shape compiling
+    #: its own block functions.
+    pads_edge_blocks: bool = True
 
     # -- what subclasses define -------------------------------------------
     def index_map(self, out_region: Region, plan: Plan) -> Iterator[tuple[Region, ...]]:

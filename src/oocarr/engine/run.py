@@ -25,6 +25,7 @@ from .compile import block_functions
 from .copy_tasks import whole_units
 from .custom_tasks import CustomGradTask, CustomPartTask, RunTools
 from .executor import DaskExecutor, current_executor
+from .fused import composed
 from .io import Operand, WriteBehind, prefetched
 from .op import BlockParallelOp, CustomOp, Plan, Region
 from .plan import (
@@ -246,15 +247,30 @@ class OOCAlgorithm:
                 if cluster is not None and self._custom_on(cluster, run, operands, out):
                     return None
                 return run.forward(out)
-            plan, itemsize = self.forward_plan(operands)
-            cluster = current_executor()
-            if cluster is not None:
-                return self._forward_on(cluster, operands, plan, itemsize, out)
-            ahead = self.read_ahead(operands, plan, itemsize)
-            self.counts.project(self.projection(operands, plan, itemsize, ahead).nbytes)
-            return self._forward_loop(operands, plan, out, ahead)
+            reading_leaves = None if current_executor() else composed(self.op, operands)
+            if reading_leaves is not None:
+                op, leaves = reading_leaves
+                return self._counted_with(op)._forward_pass(leaves, out)
+            return self._forward_pass(operands, out)
         finally:
             record(self.site, self.counts)
+
+    def _counted_with(self, op: BlockParallelOp) -> OOCAlgorithm:
+        """This call run by ``op`` (a :class:`~oocarr.engine.fused.ComposedOp` of this one's
+        op, reading its fused inputs' leaves), counted with this call."""
+        algo = OOCAlgorithm(op, self.site)
+        algo.counts = self.counts
+        return algo
+
+    def _forward_pass(self, operands: list[Operand], out: Any) -> np.ndarray | None:
+        """A block-parallel op's forward pass: tile tasks on a cluster, else the loop."""
+        plan, itemsize = self.forward_plan(operands)
+        cluster = current_executor()
+        if cluster is not None:
+            return self._forward_on(cluster, operands, plan, itemsize, out)
+        ahead = self.read_ahead(operands, plan, itemsize)
+        self.counts.project(self.projection(operands, plan, itemsize, ahead).nbytes)
+        return self._forward_loop(operands, plan, out, ahead)
 
     def _custom_on(
         self, cluster: DaskExecutor, run: CustomRun, operands: list[Operand], out: Any

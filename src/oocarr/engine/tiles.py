@@ -51,6 +51,8 @@ class Nominal:
 
     def inputs(self, blocks: list[np.ndarray]) -> list[np.ndarray]:
         op = self.op
+        if not op.pads_edge_blocks:
+            return blocks
         return [pad(b, s, op.pad_mode, op.pad_value) for b, s in zip(blocks, self.in_shapes)]
 
     def output(self, tile: np.ndarray) -> np.ndarray:

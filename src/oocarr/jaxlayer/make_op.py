@@ -223,8 +223,9 @@ def _under_jit() -> bool:
 
 
 def _fused_call(op: Any, args: tuple, avals: tuple) -> FusedForward | None:
-    """The fused primitive of an elementwise call, or ``None`` when it runs as a stored op:
-    eagerly (nothing is traced), on a cluster, or with no stored input."""
+    """The fused primitive of an elementwise call on ``args`` (as the caller gave them: under
+    ``jit``, a Python scalar is a constant, its ``jnp.asarray`` a tracer), or ``None`` when it
+    runs as a stored op: eagerly (nothing is traced), on a cluster, or with no stored input."""
     if not getattr(op, "fusable", False) or op.output_shape == ():
         return None
     if not _under_jit() or current_executor() is not None:
@@ -241,7 +242,7 @@ def _fused_call(op: Any, args: tuple, avals: tuple) -> FusedForward | None:
             slots.append(i)
         else:
             # strong, as the unfused op reads it (``Operand(np.asarray(v))``): the same bits
-            leaves.append(fused.Leaf.const(np.asarray(arg)))
+            leaves.append(fused.Leaf.const(np.asarray(arg, dtype=aval.dtype)))
     structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals]
     dtype = op.result_dtype(*structs)
     locator = fused.fused_locator(type(op), leaves, op.output_shape, dtype)
@@ -378,11 +379,11 @@ def make_op(
     array([3., 3., 3.], dtype=float32)
     """
 
-    def public_fn(*args: Any, **params: Any) -> Any:
-        args = tuple(_as_argument(a) for a in args)
+    def public_fn(*given: Any, **params: Any) -> Any:
+        args = tuple(_as_argument(a) for a in given)
         avals = tuple(jax.typeof(a) for a in args)
         op = _op_instance(op_class, tuple(a.shape for a in avals), _freeze_params(params))
-        primitive = _fused_call(op, args, avals) or Forward(op, avals)
+        primitive = _fused_call(op, given, avals) or Forward(op, avals)
         return primitive(*args)
 
     public_fn.__name__ = getattr(op_class, "name", op_class.__name__)

@@ -12,6 +12,7 @@ import pytest
 
 import oocarr
 from oocarr.engine import fused
+from oocarr.engine.composed import ComposedOp, composed
 from oocarr.errors import OocarrError, ReadOnlyError
 
 RNG = np.random.default_rng(7)
@@ -186,8 +187,8 @@ def test_a_reduction_computes_the_chain_in_its_own_block_function():
 
     locator = fused.fused_locator(BINARY["multiply"], leaves, A.shape, "f4")
     with _open(locator) as store:
-        op, operands = fused.composed(Sum(A.shape), [Operand(store)])
-        assert isinstance(op, fused.ComposedOp)
+        op, operands = composed(Sum(A.shape), [Operand(store)])
+        assert isinstance(op, ComposedOp)
         assert [o.value for o in operands] == [store._stores[0]]  # the constant is compiled in
     np.testing.assert_allclose(np.asarray(y(a)), np.exp(A) * 2, rtol=1e-6)
 

@@ -27,7 +27,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from oocarr.errors import InvalidArgumentError, OocarrError, ReadOnlyError
@@ -38,15 +37,11 @@ from oocarr.store.locator import Locator
 from oocarr.store.regions import broadcast_region
 from oocarr.store.registry import get_driver
 
-from .io import Operand
-from .op import BlockParallelOp, Plan, Region
-
 __all__ = [
-    "ComposedOp",
     "FusedArray",
-    "composed",
     "Leaf",
     "deposit",
+    "expression",
     "forget",
     "fused_locator",
     "is_fused",
@@ -252,8 +247,18 @@ def _constant(leaf: dict[str, Any]) -> Any:
 
 
 @functools.lru_cache(maxsize=256)
-def _expression(program_json: str) -> Any:
-    """The function of the non-constant leaves' blocks that evaluates the whole expression."""
+def expression(program_json: str) -> Any:
+    """The function of the non-constant leaves' blocks that evaluates the whole expression
+    (what :meth:`FusedArray.leaves_read` gives consumers).
+
+    Examples
+    --------
+    >>> from oocarr.ops.elementwise import UNARY
+    >>> a = Leaf.stored(Locator.make("memmap", "/a.npy"), (2,))
+    >>> program = _program(json.loads(fused_locator(UNARY["square"], [a], (2,), "f4").url))
+    >>> expression(program)(np.array([2.0, 3.0])).tolist()
+    [4.0, 9.0]
+    """
     program = json.loads(program_json)
     consts = {int(i): _constant(leaf) for i, leaf in program["consts"].items()}
 
@@ -273,8 +278,8 @@ def _expression(program_json: str) -> Any:
 
 @functools.lru_cache(maxsize=256)
 def _compiled(program_json: str) -> Any:
-    """:func:`_expression`, jitted."""
-    return jax.jit(_expression(program_json))
+    """:func:`expression`, jitted."""
+    return jax.jit(expression(program_json))
 
 
 class FusedArray(BlockedArray):
@@ -435,6 +440,29 @@ class FusedArray(BlockedArray):
             if store is not None
         ]
 
+    def leaves_read(self) -> tuple[str, list[tuple[int, ...]], list[Any]]:
+        """What a consumer needs to evaluate this array inside its own block function:
+        :func:`expression`'s program, and the shape and holder (a store, or an in-memory
+        array) of each leaf read by region, in the program's argument order (scalar
+        constants are in the program itself).
+
+        Examples
+        --------
+        >>> import numpy as np, oocarr
+        >>> from oocarr.ops.elementwise import BINARY
+        >>> x = oocarr.from_numpy(np.ones(4, "f4"))
+        >>> leaves = [Leaf.stored(x.locator, (4,)), Leaf.const(np.float32(2))]
+        >>> with FusedArray._open(fused_locator(BINARY["add"], leaves, (4,), "f4"), "r") as f:
+        ...     program, shapes, holders = f.leaves_read()
+        >>> shapes, expression(program)(np.ones(4, "f4")).tolist()
+        ([(4,)], [3.0, 3.0, 3.0, 3.0])
+        """
+        read = [i for i, constant in enumerate(self._constant) if not constant]
+        holders = [
+            self._stores[i] if self._stores[i] is not None else self._values[i] for i in read
+        ]
+        return self._program, [self._leaf_shapes[i] for i in read], holders
+
     def read_overhead(self, shape: Sequence[int]) -> int:
         """The leaves' blocks and their drivers' buffers, and one block-sized temporary of
         the evaluation (a leaf block XLA copies to align it)."""
@@ -450,125 +478,3 @@ class FusedArray(BlockedArray):
     def read_bytes(self, shape: Sequence[int]) -> int:
         """Bytes a read of a region of ``shape`` reads from storage: the leaves' blocks."""
         return sum(store.read_bytes(s) for store, s in self._leaf_tiles(shape))
-
-
-class ComposedOp(BlockParallelOp):
-    """``op`` reading its fused inputs' leaves, each chain evaluated inside ``op``'s own block
-    functions, so the chain's output tile is never formed (one kernel per step, as
-    ``stream_sum`` runs).
-
-    ``parts`` has one item per input of ``op``: ``None`` (read as it is) or ``(expression,
-    leaf shapes, dtype)`` of a fused input, read as its leaves' blocks.  Edge blocks are not
-    padded (the chain of padding is not ``op``'s padding value): an edge step compiles its
-    own block function.
-    """
-
-    pads_edge_blocks = False
-
-    def __init__(self, op: BlockParallelOp, parts: Sequence[tuple | None]) -> None:
-        self.op = op
-        self.parts = tuple(parts)
-        self.name = op.name
-        self.residency = op.residency + sum(len(p[1]) for p in self.parts if p is not None)
-        shapes: list[tuple[int, ...]] = []
-        for shape, part in zip(op.in_shapes, self.parts):
-            shapes += [shape] if part is None else [tuple(s) for s in part[1]]
-        super().__init__(*shapes)
-
-    def compute_output_shape(self) -> tuple[int, ...]:
-        return self.op.output_shape
-
-    @property
-    def key(self) -> tuple:
-        return (type(self), self.op.key, self.parts)
-
-    @property
-    def block_key(self) -> tuple:
-        return (type(self), self.op.block_key, self.in_shapes, self.parts)
-
-    def _inner_dtypes(self, dtypes: Sequence[np.dtype]) -> list[np.dtype]:
-        it = iter(dtypes)
-        inner = []
-        for part in self.parts:
-            if part is None:
-                inner.append(next(it))
-                continue
-            for _ in part[1]:
-                next(it)
-            inner.append(as_dtype(part[2]))
-        return inner
-
-    def tile_itemsize(self, dtypes: Sequence[np.dtype], plan: Plan | None = None) -> int:
-        inner = self.op.tile_itemsize(self._inner_dtypes(dtypes), plan)
-        return max([inner, *(np.dtype(d).itemsize for d in dtypes)])
-
-    def min_tile_elems(self) -> int:
-        return self.op.min_tile_elems()
-
-    def plan(self, budget_elems: int, chunks: tuple[int, ...] | None, host: bool = False) -> Plan:
-        """``op``'s plan, with its share of each tile-sized buffer scaled to the leaves'."""
-        return self.op.plan(budget_elems * self.op.residency // self.residency, chunks)
-
-    def index_map(self, out_region: Region, plan: Plan):
-        for regions in self.op.index_map(out_region, plan):
-            flat: list[Region] = []
-            for region, part in zip(regions, self.parts):
-                if part is None:
-                    flat.append(region)
-                    continue
-                flat += [broadcast_region(region, s) for s in part[1]]
-            yield tuple(flat)
-
-    def forward_block(self, *blocks: Any) -> Any:
-        it = iter(blocks)
-        inputs = []
-        for region_shape, part in zip(self._block_shapes(blocks), self.parts):
-            if part is None:
-                inputs.append(next(it))
-                continue
-            expr, leaf_shapes, dtype = part
-            value = _expression(expr)(*(next(it) for _ in leaf_shapes))
-            inputs.append(jnp.broadcast_to(value.astype(as_dtype(dtype)), region_shape))
-        return self.op.forward_block(*inputs)
-
-    def _block_shapes(self, blocks: Sequence[Any]) -> list[tuple[int, ...]]:
-        """The shape of each of ``op``'s input blocks, from the leaves' blocks (NumPy
-        broadcasting of a fused input's leaves)."""
-        it = iter(blocks)
-        shapes = []
-        for part in self.parts:
-            if part is None:
-                shapes.append(tuple(next(it).shape))
-                continue
-            shapes.append(np.broadcast_shapes(*(tuple(next(it).shape) for _ in part[1])))
-        return shapes
-
-    def combine(self, acc: Any, part: Any) -> Any:
-        return self.op.combine(acc, part)
-
-    def finish(self, acc: Any) -> Any:
-        return self.op.finish(acc)
-
-
-def composed(op: BlockParallelOp, operands: Sequence[Operand]) -> tuple | None:
-    """``(ComposedOp, operands)`` reading the leaves of ``op``'s fused inputs in place of their
-    tiles, or ``None`` when ``op`` has no fused input or plans its own whole budget
-    (``matmul``, whose host BLAS folds the blocks as they are read)."""
-    fused_inputs = [isinstance(o.value, FusedArray) for o in operands]
-    if not any(fused_inputs) or op.whole_budget or len(operands) != len(op.in_shapes):
-        return None
-    parts: list[tuple | None] = []
-    flat: list[Operand] = []
-    for operand in operands:
-        array = operand.value
-        if not isinstance(array, FusedArray):
-            parts.append(None)
-            flat.append(operand)
-            continue
-        read = [i for i, constant in enumerate(array._constant) if not constant]
-        shapes = tuple(array._leaf_shapes[i] for i in read)
-        parts.append((array._program, shapes, dtype_token(array.dtype)))
-        for i in read:
-            store, value = array._stores[i], array._values[i]
-            flat.append(Operand(store if store is not None else value, operand.counts))
-    return ComposedOp(op, parts), flat

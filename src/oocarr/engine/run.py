@@ -22,10 +22,10 @@ from oocarr.store.blocked import BlockedArray
 
 from .budget import memory_budget_bytes
 from .compile import block_functions
+from .composed import composed
 from .copy_tasks import whole_units
 from .custom_tasks import CustomGradTask, CustomPartTask, RunTools
 from .executor import DaskExecutor, current_executor
-from .fused import composed
 from .io import Operand, WriteBehind, prefetched
 from .op import BlockParallelOp, CustomOp, Plan, Region
 from .plan import (

@@ -18,8 +18,11 @@ them into the locator itself for a task sent to another process.
 
 from __future__ import annotations
 
+import collections
 import functools
+import hashlib
 import importlib
+import itertools
 import json
 import math
 import threading
@@ -27,6 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from oocarr.errors import InvalidArgumentError, OocarrError, ReadOnlyError
@@ -40,11 +44,15 @@ from oocarr.store.registry import get_driver
 __all__ = [
     "FusedArray",
     "Leaf",
+    "deferred_locator",
     "deposit",
     "expression",
     "forget",
     "fused_locator",
+    "is_deferred",
     "is_fused",
+    "register",
+    "resolve",
     "short_name",
 ]
 
@@ -89,6 +97,77 @@ def _slot_values(token: str) -> tuple[np.ndarray, ...]:
             ) from None
 
 
+DEFERRED = "deferred"
+
+#: Versions of each deferred cotangent kept: a jitted call registers one per contribution
+#: and reads each before its backward pass ends.
+KEEP_VERSIONS = 64
+
+_DEFERRED: dict[str, collections.OrderedDict[int, Locator]] = {}
+_VERSIONS = itertools.count(1)
+
+
+def deferred_locator(primal: Locator, shape: Sequence[int], dtype: Any) -> Locator:
+    """The type-level locator of the cotangent of the fused array at ``primal``: what it holds
+    is registered when the backward pass runs (:func:`register`), one version per value.
+
+    Examples
+    --------
+    >>> from oocarr.ops.elementwise import UNARY
+    >>> a = Leaf.stored(Locator.make("memmap", "/a.npy"), (4,))
+    >>> deferred_locator(fused_locator(UNARY["exp"], [a], (4,), "f4"), (4,), "f4").driver
+    'deferred'
+    """
+    digest = hashlib.sha256(primal.to_json().encode()).hexdigest()[:24]
+    options = {"shape": list(shape), "dtype": dtype_token(dtype)}
+    return Locator.make(DEFERRED, digest, "", None, options)
+
+
+def is_deferred(locator: Locator) -> bool:
+    """Whether ``locator`` is a :func:`deferred_locator`."""
+    return locator.driver == DEFERRED
+
+
+def register(locator: Locator, value: Locator) -> np.ndarray:
+    """Record that a new value of the deferred cotangent at ``locator`` is the array at
+    ``value`` (a fused array, or a scratch array a backward pass wrote); returns its version,
+    the marker the value travels as.
+
+    Examples
+    --------
+    >>> loc = Locator.make(DEFERRED, "example", "", None, {"shape": [2], "dtype": "<f4"})
+    >>> version = register(loc, Locator.make("memmap", "/g.npy"))
+    >>> resolve(loc, version).url
+    '/g.npy'
+    """
+    version = next(_VERSIONS) % 2**24 or next(_VERSIONS)  # exact in a float32 marker, not 0
+    with _SLOTS_LOCK:
+        versions = _DEFERRED.setdefault(locator.url, collections.OrderedDict())
+        versions[version] = value
+        while len(versions) > KEEP_VERSIONS:
+            versions.popitem(last=False)
+    return np.asarray(version, np.float32)
+
+
+def resolve(locator: Locator, version: Any) -> Locator:
+    """The array that version ``version`` (a marker) of the deferred cotangent at ``locator``
+    is; version 0 (no contribution registered) is zeros."""
+    version = int(np.asarray(version))
+    if version == 0:
+        options = locator.driver_kwargs
+        zero = Leaf.const(np.zeros((), as_dtype(options["dtype"]))).spec
+        url = json.dumps({"expr": {"leaf": 0}, "leaves": [zero]}, sort_keys=True)
+        return Locator.make(DRIVER, url, "", None, options)
+    with _SLOTS_LOCK:
+        try:
+            return _DEFERRED[locator.url][version]
+        except KeyError:
+            raise OocarrError(
+                "a gradient of a fused oocarr array was read after its jitted call had "
+                "replaced it; differentiate once per call"
+            ) from None
+
+
 def is_fused(locator: Locator) -> bool:
     """Whether ``locator`` addresses a :class:`FusedArray`.
 
@@ -110,7 +189,7 @@ def short_name(locator: Locator) -> str:
     >>> short_name(fused_locator(UNARY["exp"], [a], (4,), "f4"))
     'fused:exp'
     """
-    op = _spec_of(locator)["expr"]["op"]
+    op = _spec_of(locator)["expr"].get("op", ":zeros")
     return f"{DRIVER}:{op.rpartition(':')[2].lower()}"
 
 
@@ -173,13 +252,19 @@ def _spec_of(locator: Locator) -> dict[str, Any]:
 
 
 def fused_locator(
-    op_class: type, leaves: Sequence[Leaf], shape: Sequence[int], dtype: Any
+    op_class: type,
+    leaves: Sequence[Leaf],
+    shape: Sequence[int],
+    dtype: Any,
+    vjp: int | None = None,
 ) -> Locator:
     """The locator of ``op_class`` applied to ``leaves``: a fused array of ``shape``, ``dtype``.
 
     A stored leaf that is itself fused is inlined (its expression and leaves
     merged), so a chain is one expression evaluated in one function; equal
-    leaves are read once.
+    leaves are read once.  With ``vjp=i``, the array is the cotangent of the
+    op's input ``i``: the last leaf is the output's cotangent, the others the
+    op's inputs.
 
     Examples
     --------
@@ -199,7 +284,7 @@ def fused_locator(
     def renumber(node: dict[str, Any], mapping: list[int]) -> dict[str, Any]:
         if "leaf" in node:
             return {"leaf": mapping[node["leaf"]]}
-        return {"op": node["op"], "args": [renumber(a, mapping) for a in node["args"]]}
+        return {**node, "args": [renumber(a, mapping) for a in node["args"]]}
 
     args = []
     for leaf in leaves:
@@ -211,7 +296,7 @@ def fused_locator(
         else:
             args.append({"leaf": leaf_index(spec)})
     path = f"{op_class.__module__}:{op_class.__qualname__}"
-    expr = {"op": path, "args": args}
+    expr = {"op": path, "args": args} if vjp is None else {"op": path, "args": args, "vjp": vjp}
     url = json.dumps({"expr": expr, "leaves": merged}, sort_keys=True)
     return Locator.make(DRIVER, url, "", None, {"shape": list(shape), "dtype": dtype_token(dtype)})
 
@@ -269,7 +354,17 @@ def expression(program_json: str) -> Any:
         def value(node: dict[str, Any]) -> Any:
             if "leaf" in node:
                 return leaves[node["leaf"]]
-            return _op_function(node["op"])(*(value(a) for a in node["args"]))
+            fn = _op_function(node["op"])
+            args = [value(a) for a in node["args"]]
+            if "vjp" not in node:
+                return fn(*args)
+            i, primals, ct = node["vjp"], args[:-1], args[-1]
+
+            def of_input(x: Any) -> Any:
+                return fn(*primals[:i], x, *primals[i + 1 :])
+
+            out, pull = jax.vjp(of_input, primals[i])
+            return pull(jnp.broadcast_to(jnp.asarray(ct, out.dtype), out.shape))[0]
 
         return value(program["expr"])
 

@@ -185,6 +185,20 @@ class BlockParallelOp(Op):
         """Fold one partial result into the accumulator."""
         return acc + part
 
+    def cotangent_scale(self) -> float | None:
+        """For a one-input op whose input's cotangent is the output's cotangent times a
+        number, broadcast to the input's shape (a sum over every axis, or over axes it keeps):
+        that number; ``None`` otherwise.  Under ``jax.jit`` such a cotangent of a fused array
+        is computed where it is read instead of written.
+
+        Examples
+        --------
+        >>> from oocarr.ops.elementwise import UNARY
+        >>> UNARY["exp"]((3,)).cotangent_scale() is None
+        True
+        """
+        return None
+
     def finish(self, acc: jax.Array) -> jax.Array:
         """Turn the accumulator into the output tile (identity by default)."""
         return acc

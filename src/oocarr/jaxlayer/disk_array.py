@@ -23,7 +23,7 @@ import numpy as np
 from jax._src import core as jax_core
 from jax.experimental.hijax import HiType, ShapedArray, register_hitype
 
-from oocarr.engine.fused import is_fused, short_name
+from oocarr.engine.fused import deferred_locator, is_deferred, is_fused, short_name
 from oocarr.store import registry
 from oocarr.store.blocked import BlockedArray
 from oocarr.store.dtypes import dtype_name
@@ -197,7 +197,8 @@ class DiskArrayType(HiType):
         return [jnp.zeros((), MARKER_DTYPE) if marker is None else marker]
 
     def raise_val(self, marker: Any) -> DiskArray:
-        if is_fused(self.locator) and not isinstance(marker, jax_core.Tracer):
+        computed = is_fused(self.locator) or is_deferred(self.locator)
+        if computed and not isinstance(marker, jax_core.Tracer):
             # a fused array leaving a jitted call: its leaves may change or go away after it
             return _vspace("materialize")(self, marker)
         return DiskArray._at(self.locator, self.shape, self.dtype, marker, tangent=self.tangent)
@@ -206,9 +207,11 @@ class DiskArrayType(HiType):
     def to_tangent_aval(self) -> DiskArrayType:
         if self.tangent:
             return self
-        return DiskArrayType(
-            self.shape, self.dtype, grad_locator(self.locator, self.shape, self.dtype), True
-        )
+        if is_fused(self.locator):  # a fused intermediate's cotangent is fused too
+            where = deferred_locator(self.locator, self.shape, self.dtype)
+        else:
+            where = grad_locator(self.locator, self.shape, self.dtype)
+        return DiskArrayType(self.shape, self.dtype, where, True)
 
     def vspace_zero(self) -> DiskArray:
         return _vspace("zero")(self)

@@ -71,11 +71,43 @@ def _scratch_locator(shape: tuple[int, ...], dtype: Any) -> Locator:
     return scratch_locator(None, shape, dtype)
 
 
+def _stored_at(aval: DiskArrayType, value: Any) -> Locator:
+    """Where the stored array of type ``aval`` whose marker is ``value`` is: its locator, or
+    for a deferred cotangent the array its version (the marker) was registered as."""
+    if fused.is_deferred(aval.locator):
+        return fused.resolve(aval.locator, value)
+    return aval.locator
+
+
 def _operands(avals: Sequence[Any], values: Sequence[Any]) -> list[Operand]:
     return [
-        Operand(open_store(a.locator)) if isinstance(a, DiskArrayType) else Operand(np.asarray(v))
+        Operand(open_store(_stored_at(a, v)))
+        if isinstance(a, DiskArrayType)
+        else Operand(np.asarray(v))
         for a, v in zip(avals, values)
     ]
+
+
+def _leaf(aval: Any, value: Any, slots: list[np.ndarray], token: str) -> fused.Leaf:
+    """A fused expression's leaf for an argument of type ``aval`` whose run-time value is
+    ``value`` (a marker for a stored array); an in-memory value too large for the locator
+    becomes slot ``len(slots)`` of ``token``."""
+    if isinstance(aval, DiskArrayType):
+        return fused.Leaf.stored(_stored_at(aval, value), aval.shape)
+    value = np.asarray(value)
+    if fused.Leaf.fits_locator(value, aval):
+        return fused.Leaf.const(value)
+    slots.append(value)
+    return fused.Leaf.slot(token, len(slots) - 1, value.shape, value.dtype)
+
+
+def _sum_of(locators: Sequence[Locator], shape: tuple[int, ...], dtype: Any) -> Locator:
+    """A fused array adding the arrays at ``locators``, in order."""
+    total = locators[0]
+    for other in locators[1:]:
+        leaves = [fused.Leaf.stored(total, shape), fused.Leaf.stored(other, shape)]
+        total = fused.fused_locator(BINARY["add"], leaves, shape, dtype)
+    return total
 
 
 class Forward(VJPHiPrimitive):
@@ -108,7 +140,13 @@ class Forward(VJPHiPrimitive):
     def expand(self, *args: Any) -> Any:
         in_avals, out_aval, op, site = self.in_avals, self.out_aval, self.op, self.site
 
+        deferred = isinstance(out_aval, DiskArrayType) and fused.is_deferred(out_aval.locator)
+
         def run(*values: Any) -> Any:
+            if deferred:  # gradients of a fused array added up: one more fused array
+                leaves = [_leaf(a, v, [], "") for a, v in zip(in_avals, values)]
+                sum_of = fused.fused_locator(type(op), leaves, out_aval.shape, out_aval.dtype)
+                return fused.register(out_aval.locator, sum_of)
             operands = _operands(in_avals, values)
             algo = OOCAlgorithm(op, site)
             if not isinstance(out_aval, DiskArrayType):
@@ -130,7 +168,7 @@ class Forward(VJPHiPrimitive):
             out_aval.locator,
             out_aval.shape,
             out_aval.dtype,
-            result if traced else None,
+            result if traced or deferred else None,
             tangent=out_aval.tangent,
         )
         return out._own() if self.fresh_output and not traced else out
@@ -274,7 +312,66 @@ class Backward(VJPHiPrimitive):
             for a, o in zip(fwd.in_avals, owner)
         )
         self.params = {"fwd": fwd, "owner": owner, "existing": existing}
+        self.token = uuid.uuid4().hex
         super().__init__()
+        weakref.finalize(self, fused.forget, self.token)
+
+    @property
+    def lazy(self) -> frozenset[int]:
+        """Inputs whose cotangent is a fused array (no loop, nothing written): fused arrays
+        (their cotangents are deferred) of an elementwise op, of the output's shape (a
+        broadcast input's cotangent is a reduction)."""
+        fwd = self.fwd
+        deferred = [
+            self.owner[i] == i and isinstance(ct, DiskArrayType) and fused.is_deferred(ct.locator)
+            for i, ct in enumerate(self.out_aval)
+        ]
+        if self._scale() is not None:
+            return frozenset(i for i, d in enumerate(deferred) if d)
+        if not getattr(fwd.op, "fusable", False) or not isinstance(fwd.out_aval, DiskArrayType):
+            return frozenset()
+        return frozenset(
+            i
+            for i, (aval, d) in enumerate(zip(fwd.in_avals, deferred))
+            if d and tuple(aval.shape) == tuple(fwd.out_aval.shape)
+        )
+
+    def _scale(self) -> float | None:
+        """The op's :meth:`~oocarr.engine.op.BlockParallelOp.cotangent_scale` (one input)."""
+        op = self.fwd.op
+        scale = getattr(op, "cotangent_scale", None)
+        return scale() if scale is not None and len(self.fwd.in_avals) == 1 else None
+
+    def _fused_cotangents(self, values: Sequence[Any], earlier: dict[int, int]) -> dict:
+        """Register each :attr:`lazy` input's cotangent, ``vjp`` of the op on the inputs and
+        the output's cotangent (plus what it held before); their versions by input."""
+        fwd, n = self.fwd, len(self.fwd.in_avals)
+        lazy = self.lazy
+        if not lazy:
+            return {}
+        slots: list[np.ndarray] = []
+        leaves = [_leaf(a, v, slots, self.token) for a, v in zip(self.in_avals, values)]
+        leaves = leaves[: n + 1]  # the op's inputs, then the output's cotangent
+        fused.deposit(self.token, slots)
+        versions = {}
+        scale = self._scale()
+        for i in sorted(lazy):
+            ct = self.out_aval[i]
+            if scale is not None:  # the output's cotangent times a number, broadcast
+                factor = fused.Leaf.const(np.asarray(scale, ct.dtype))
+                parts = [
+                    fused.fused_locator(BINARY["multiply"], [leaves[n], factor], ct.shape, ct.dtype)
+                ]
+            else:
+                parts = [
+                    fused.fused_locator(type(fwd.op), leaves, ct.shape, ct.dtype, vjp=j)
+                    for j in range(n)
+                    if self.owner[j] == i
+                ]
+            if i in earlier:
+                parts.insert(0, fused.resolve(ct.locator, values[earlier[i]]))
+            versions[i] = fused.register(ct.locator, _sum_of(parts, ct.shape, ct.dtype))
+        return versions
 
     def expand(self, *args: Any) -> tuple:
         n = len(self.fwd.in_avals)
@@ -284,20 +381,31 @@ class Backward(VJPHiPrimitive):
         g_aval = self.in_avals[n]
         out_aval = fwd.out_aval if fwd.op.needs_output else None
 
+        lazy = self.lazy
+        earlier = {i: values_at for values_at, i in enumerate(self.existing, start=n + 1)}
+
         def run(*values: Any) -> tuple:
+            versions = self._fused_cotangents(values, earlier)
+            if all(owner[i] is None or i in lazy for i in range(n)):
+                return tuple(versions.get(i, marker()) for i in range(n))
             operands = _operands(in_avals, values[:n])
             g_operand = _operands([g_aval], [values[n]])[0]
             out_operand = None if out_aval is None else _operands([out_aval], [values[-1]])[0]
             targets: list[Any] = [None] * n
             pending = []
+            written: dict[int, Locator] = {}
             for i in range(n):
-                if owner[i] is None:
+                if owner[i] is None or owner[i] in lazy:
                     continue
                 if owner[i] != i:
                     targets[i] = targets[owner[i]]
                     continue
                 ct = out_avals[i]
-                if isinstance(ct, DiskArrayType):
+                if isinstance(ct, DiskArrayType) and fused.is_deferred(ct.locator):
+                    written[i] = _deferred_scratch(ct.locator)
+                    targets[i] = create_store(written[i], ct.shape, ct.dtype)
+                    pending.append(targets[i])
+                elif isinstance(ct, DiskArrayType):
                     if i in existing:
                         targets[i] = open_store(ct.locator, "r+")
                     else:
@@ -315,7 +423,15 @@ class Backward(VJPHiPrimitive):
             results = []
             for i, ct in enumerate(out_avals):
                 target = targets[i]
-                if isinstance(target, BlockedArray):
+                if i in versions:
+                    results.append(versions[i])
+                elif i in written:  # a deferred cotangent that needed a loop: now stored
+                    target.close()
+                    parts = [written[i]]
+                    if i in earlier:
+                        parts.insert(0, fused.resolve(ct.locator, values[earlier[i]]))
+                    results.append(fused.register(ct.locator, _sum_of(parts, ct.shape, ct.dtype)))
+                elif isinstance(target, BlockedArray):
                     target.close()
                     results.append(marker())
                 elif target is None:
@@ -328,8 +444,9 @@ class Backward(VJPHiPrimitive):
             ct = out_avals[i]
             if not isinstance(ct, DiskArrayType):
                 return value
+            keep = traced or fused.is_deferred(ct.locator)  # a deferred value is its version
             out = DiskArray._at(
-                ct.locator, ct.shape, ct.dtype, value if traced else None, tangent=ct.tangent
+                ct.locator, ct.shape, ct.dtype, value if keep else None, tangent=ct.tangent
             )
             return out if traced else out._tied_to(inputs[i])
 
@@ -392,6 +509,20 @@ def make_op(
     return public_fn
 
 
+_DEFERRED_SCRATCH: dict[str, int] = {}
+
+
+def _deferred_scratch(locator: Locator) -> Locator:
+    """A scratch array for a value of the deferred cotangent at ``locator`` that a backward
+    loop writes (a broadcast input's): one of a few per cotangent, in turn, so a jitted step
+    reuses the same files."""
+    turn = _DEFERRED_SCRATCH[locator.url] = (_DEFERRED_SCRATCH.get(locator.url, -1) + 1) % 8
+    options = locator.driver_kwargs
+    return scratch_locator(
+        f"deferred-{locator.url}-{turn}", tuple(options["shape"]), options["dtype"]
+    )
+
+
 def zeros_at(aval: DiskArrayType) -> DiskArray:
     """A ``DiskArray`` of zeros at ``aval``'s locator (the zero of a gradient type).
 
@@ -402,6 +533,8 @@ def zeros_at(aval: DiskArrayType) -> DiskArray:
     >>> np.asarray(zeros_at(x.aval.to_tangent_aval()))
     array([0., 0., 0.], dtype=float32)
     """
+    if fused.is_deferred(aval.locator):  # version 0: nothing registered, zeros
+        return DiskArray._at(aval.locator, aval.shape, aval.dtype, tangent=True)
     with create_store(aval.locator, aval.shape, aval.dtype):
         pass
     return DiskArray._at(aval.locator, aval.shape, aval.dtype, tangent=aval.tangent)
@@ -485,7 +618,7 @@ def materialize_fused(aval: DiskArrayType, done: Any) -> DiskArray:
     """
     jax.block_until_ready(done)
     op = _op_instance(Identity, (aval.shape,), ())
-    return Forward(op, (aval,))(DiskArray._at(aval.locator, aval.shape, aval.dtype))
+    return Forward(op, (aval,))(DiskArray._at(aval.locator, aval.shape, aval.dtype, done))
 
 
 register_vspace(zeros_at, add_into, materialize_fused)

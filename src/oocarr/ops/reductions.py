@@ -103,6 +103,14 @@ class Sum(BlockParallelOp):
     def forward_block(self, block: jax.Array) -> jax.Array:
         return jnp.sum(block, axis=self.axes, keepdims=self.params.get("keepdims", False))
 
+    def cotangent_scale(self) -> float | None:
+        """1 where the output's cotangent broadcasts against the input (every axis summed, or
+        the summed axes kept); ``None`` otherwise."""
+        (shape,) = self.in_shapes
+        if len(self.axes) == len(shape) or self.params.get("keepdims", False):
+            return 1.0
+        return None
+
     #: The NumPy ufunc whose ``reduce`` is this op's exact block function on integers and
     #: booleans (``None``: not exact, or not faster).
     host_ufunc: np.ufunc | None = np.add
@@ -190,6 +198,10 @@ class Mean(Sum):
         count = math.prod(self.in_shapes[0][a] for a in self.axes)
         return super().forward_block(block) / count
 
+    def cotangent_scale(self) -> float | None:
+        scale = super().cotangent_scale()
+        return None if scale is None else scale / math.prod(self.in_shapes[0][a] for a in self.axes)
+
 
 class Max(Sum):
     """``max(x, axis=None, keepdims=False)``; the gradient goes to the maximal elements."""
@@ -198,6 +210,10 @@ class Max(Sum):
     pad_mode = "edge"
     needs_output = True
     reduce = staticmethod(jnp.max)
+
+    def cotangent_scale(self) -> float | None:
+        return None
+
     pick = staticmethod(jnp.maximum)
     host_ufunc = np.maximum
 

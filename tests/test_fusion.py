@@ -9,6 +9,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import oocarr
 from oocarr.engine import fused
@@ -244,7 +246,7 @@ def test_gradients_of_fused_intermediates_match_jax(name):
         return np_.sum((a - row) * (a - row))
 
     def ours(a, row):
-        return f(_OOCARR, a, row)
+        return f(_OocarrNames, a, row)
 
     def theirs(a, row):
         return f(jnp, a, row)
@@ -260,7 +262,7 @@ def test_gradients_of_fused_intermediates_match_jax(name):
     np.testing.assert_allclose(grow, np.asarray(wrow), rtol=1e-4, atol=1e-4)
 
 
-class _OOCARR:
+class _OocarrNames:
     """``oocarr`` with ``jax.numpy``'s names, so one loss is written once for both."""
 
     tanh, exp, square = (
@@ -269,3 +271,71 @@ class _OOCARR:
         staticmethod(oocarr.square),
     )
     sum, mean = staticmethod(oocarr.sum), staticmethod(oocarr.mean)
+
+
+UNARY_OPS = ["exp", "tanh", "square", "sigmoid", "softplus", "negative"]
+BINARY_OPS = ["add", "subtract", "multiply", "maximum", "minimum"]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    data=st.data(),
+    rows=st.integers(3, 40),
+    cols=st.integers(1, 9),
+    reduce_axis=st.sampled_from([None, 0, 1]),
+)
+def test_random_chains_and_their_gradients_match_jax(data, rows, cols, reduce_axis):
+    """Chains of unary and binary ops over stored operands of broadcast shapes, in-memory
+    and constant operands, reduced and differentiated under ``jit``, against ``jax.numpy``
+    with tiles small enough to cut every axis."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    shapes = [(rows, cols), (1, cols), (rows, 1), (cols,)]
+    stored = [rng.uniform(-1, 1, data.draw(st.sampled_from(shapes))).astype("f4") for _ in "ab"]
+    stored[0] = rng.uniform(-1, 1, (rows, cols)).astype("f4")  # the result's full shape
+    weight = rng.uniform(-1, 1, cols).astype("f4")
+    steps = data.draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from(UNARY_OPS + BINARY_OPS),
+                st.sampled_from(["a", "b", "w", "const"]),
+            ),
+            min_size=1,
+            max_size=5,
+        )
+    )
+
+    def chain(lib, ops, a, b, w):
+        operands = {"a": a, "b": b, "w": w, "const": 0.5}
+        value = a
+        for name, other in steps:
+            if name in UNARY_OPS:
+                value = getattr(ops, name)(value)
+            else:
+                value = getattr(lib, name)(value, operands[other])
+        return lib.sum(lib.square(value), axis=reduce_axis)
+
+    def ours(a, b, w):
+        return oocarr.sum(chain(oocarr, oocarr, a, b, w))
+
+    def theirs(a, b, w):
+        return jnp.sum(chain(jnp, _JaxNames, a, b, w))
+
+    a, b = (oocarr.from_numpy(v) for v in stored)
+    with oocarr.memory_budget("8KB"):
+        value, grads = jax.jit(jax.value_and_grad(ours, argnums=(0, 1, 2)))(
+            a, b, jnp.asarray(weight)
+        )
+        grads = [np.asarray(g) for g in grads]
+    want_value, want = jax.value_and_grad(theirs, argnums=(0, 1, 2))(
+        *(jnp.asarray(v) for v in stored), jnp.asarray(weight)
+    )
+    np.testing.assert_allclose(float(value), float(want_value), rtol=2e-4, atol=1e-5)
+    for got, expected in zip(grads, want):
+        np.testing.assert_allclose(got, np.asarray(expected), rtol=2e-3, atol=2e-4)
+
+
+class _JaxNames:
+    """``jax.numpy`` and ``jax.nn`` under oocarr's unary names."""
+
+    exp, tanh, square, negative = jnp.exp, jnp.tanh, jnp.square, jnp.negative
+    sigmoid, softplus = staticmethod(jax.nn.sigmoid), staticmethod(jax.nn.softplus)

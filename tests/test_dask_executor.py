@@ -536,3 +536,21 @@ def test_softmax_gradient_panels_run_on_the_workers(client, data, monkeypatch):
     assert _bits(remote) == _bits(local)
     expected = jax.grad(lambda x: jnp.sum(jax.nn.softmax(x, axis=1) * c))(jnp.asarray(a))
     np.testing.assert_allclose(remote, expected, rtol=1e-4, atol=1e-6)
+
+
+def test_a_step_fused_here_runs_its_tiles_on_the_cluster(client, data):
+    """A jitted step traced without a cluster holds fused arrays (their in-memory operands in
+    this process); called again under the cluster, its tasks carry those values with them."""
+    a, _, arrays, _ = data
+    x = arrays["zarr"]
+    w = jnp.linspace(0.5, 1.5, 40, dtype=jnp.float32)
+    step = jax.jit(jax.value_and_grad(lambda w: oocarr.sum(oocarr.tanh(x * w) * 2.0)))
+    with oocarr.memory_budget(BUDGET):
+        local = step(w)
+        with oocarr.executor(client), distributed.get_task_stream(client) as ran:
+            remote = step(w)
+    assert len(ran.data) > 1
+    expected = jax.value_and_grad(lambda w: jnp.sum(jnp.tanh(jnp.asarray(a) * w) * 2.0))(w)
+    for got, here, want in zip(remote, local, expected):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(here), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-4)

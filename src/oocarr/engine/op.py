@@ -224,6 +224,22 @@ class BlockParallelOp(Op):
         """
         return None
 
+    def host_backward(
+        self, dtypes: Sequence[np.dtype], wanted: Sequence[bool]
+    ) -> Callable[..., list[np.ndarray]] | None:
+        """A NumPy backward step for inputs of these dtypes, where XLA's CPU client is slower:
+        ``backward(g, *blocks)`` gives the wanted inputs' gradient blocks (``None``: the
+        jitted ``backward_block`` is used).  Used on the CPU backend only, by every executor.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from oocarr.ops.elementwise import UNARY
+        >>> UNARY["exp"]((3,)).host_backward([np.dtype("f4")], [True]) is None
+        True
+        """
+        return None
+
     # -- planning ---------------------------------------------------------
     def plan(self, budget_elems: int, chunks: tuple[int, ...] | None, host: bool = False) -> Plan:
         """Output tiles of whole chunks (when given) grown to the budget's share of one tile

@@ -160,6 +160,10 @@ class StepGradient:
     ) -> None:
         self.nominal = Nominal(op, plan)
         self.wanted = wanted
+        on_cpu = jax.default_backend() == "cpu"
+        self._host = op.host_backward(list(dtypes), wanted) if on_cpu else None
+        if self._host is not None:
+            return
         self._backward = backward_function(op, wanted)
         specs = self.nominal.specs(list(dtypes))
         if specs is not None:
@@ -172,6 +176,8 @@ class StepGradient:
 
     def __call__(self, tiles: list[np.ndarray], blocks: list[np.ndarray]) -> list[np.ndarray]:
         """The wanted inputs' gradients, each cropped to its block's shape (in input order)."""
+        if self._host is not None:
+            return self._host(*tiles, *blocks)
         padded = [self.nominal.output(t) for t in tiles]
         grads = self._backward(*padded, *self.nominal.inputs(blocks))
         shapes = [b.shape for b, w in zip(blocks, self.wanted) if w]

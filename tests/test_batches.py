@@ -74,6 +74,46 @@ def test_shuffled_epochs_hold_every_row_once_reproducibly(backend):
     np.testing.assert_array_equal(replay[1], second)
 
 
+def test_a_buffer_of_many_blocks_refills_from_a_staging_block(backend, monkeypatch):
+    """A shuffle buffer of several blocks replaces the rows each batch draws with the next
+    block's (read into a staging block): still every row once, reproducibly, and the rows of
+    each block spread over the epoch."""
+    from oocarr.train import minibatches
+
+    skip_s3(backend)
+    x, y, xs, ys = dataset(backend, rows=1500)
+    drawn_from = []
+    fill_holes = minibatches._fill_holes
+
+    def recording(buffers, picked, count):
+        drawn_from.append((count, len(picked)))
+        return fill_holes(buffers, picked, count)
+
+    with oocarr.memory_budget("1MB"):
+        loader = oocarr.batches(xs, ys, batch_size=BATCH, shuffle=True, seed=5, shuffle_buffer=400)
+        plan = loader.plan()
+        assert plan["buffer_rows"] >= 4 * plan["block_rows"] + BATCH  # the staging path
+        monkeypatch.setattr(minibatches, "_fill_holes", recording)
+        first, sizes = epoch_rows(loader, x)
+        monkeypatch.undo()
+        again, _ = epoch_rows(
+            oocarr.batches(xs, ys, batch_size=BATCH, shuffle=True, seed=5, shuffle_buffer=400), x
+        )
+    np.testing.assert_array_equal(np.sort(first), y)
+    np.testing.assert_array_equal(again, first)
+    assert sizes == [BATCH] * (1500 // BATCH) + [1500 % BATCH]
+    # while blocks remain, each batch draws from a buffer that stays full (of the whole blocks
+    # that fit beside the staging block) and moves no row into a hole
+    steady = (1500 - plan["buffer_rows"]) // BATCH
+    held = drawn_from[0][0]
+    assert held > plan["buffer_rows"] - 3 * plan["block_rows"]
+    assert drawn_from[:steady] == [(held, 0)] * steady
+    # each block's rows leave over many batches: mixed across blocks, not block by block
+    block = plan["block_rows"]
+    spread = [np.ptp(np.flatnonzero(first // block == b)) for b in range(1500 // block)]
+    assert np.median(spread) > 4 * block
+
+
 def test_in_order_and_drop_last(backend):
     skip_s3(backend)
     x, y, xs, ys = dataset(backend)

@@ -23,6 +23,7 @@ import threading
 import time
 import weakref
 from collections.abc import Generator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +49,12 @@ from oocarr.store.pages import DEFAULT_CHUNK_BYTES, DEFAULT_PAGE_BYTES
 
 __all__ = ["batches", "Batches", "Epoch", "EpochStats"]
 
+#: A shuffle buffer of at least this many blocks (and a batch) refills the rows each batch
+#: draws from a staging block, one row write each, instead of moving its last rows into the
+#: holes and appending whole blocks (a random read and a random write per row).  One epoch
+#: of 4M×256 float32 HDF5 rows, 1024-row batches, a 480,678-row buffer: reader thread's hole
+#: moves 1.45 s and whole-epoch 4.7-5.0 s before; see docs/performance.md for after.
+STAGING_BLOCKS = 4
 #: Largest ratio of bytes read to bytes used when picking the row-block unit: blocks
 #: smaller than some input's chunks make that input's chunks be read more than once.
 READ_OVERHEAD = 1.25
@@ -285,14 +292,21 @@ def _read_batches(
     """One epoch of NumPy batches: blocks in (shuffled) order into the buffer, batches out.
 
     In shuffled order, a batch is drawn uniformly from the buffer once it
-    cannot take another block (or every block is in), and the last rows
-    of the buffer move into the holes; in order, batches are taken from
-    the front.  Every row enters the buffer once and leaves it once.
+    cannot take another block (or every block is in).  With a buffer of
+    several blocks, the rows drawn are replaced by the next rows of a
+    *staging* block, so the buffer stays full and each row is written into
+    it once; the next staging block is read in another thread meanwhile.
+    Otherwise, and once every block is in, the last rows of the buffer move
+    into the holes.  In order, batches are taken from the front.  Every row
+    enters the buffer once and leaves it once.
     """
     size, cap = plan.block_rows, plan.buffer_rows
     starts = list(range(0, rows, size))
     order = rng.permutation(len(starts)) if rng is not None else range(len(starts))
+    staged_rows = size if rng is not None and cap >= STAGING_BLOCKS * size + batch_size else 0
+    cap -= 2 * staged_rows  # two staging blocks are carved out of the planned buffer
     buffers = [np.empty((cap, *s.row_shape), s.dtype) for s in sources]
+    staging = [[np.empty((staged_rows, *s.row_shape), s.dtype) for s in sources] for _ in "ab"]
     # batches resident at once: the planner's prefetch + EXTRA_BATCHES, whose buffers come
     # back once JAX and the loop are done with them (fresh ones cost a page fault per page)
     pools = [BufferPool(keep=plan.batches_held) for _ in sources]
@@ -300,36 +314,79 @@ def _read_batches(
         s.pages(size)
     begin = count = 0
     next_block = 0
-    while not stop.is_set():
-        while next_block < len(starts) and count + size <= cap:
-            first = starts[order[next_block]]
-            last = min(first + size, rows)
-            if begin + count + (last - first) > cap:  # in order only: move the rest to the front
-                for buf in buffers:
-                    buf[:count] = buf[begin : begin + count]
-                begin = 0
-            at = begin + count
-            for source, buf in zip(sources, buffers):
-                source.read(first, last, buf[at : at + last - first], counts)
-            count += last - first
+    staged = taken = 0  # rows in the staging block in use, and rows of it already drawn on
+    current = 0  # which staging block is in use
+    ahead: Future | None = None  # the other staging block being read
+    reading = ThreadPoolExecutor(1, thread_name_prefix="oocarr-batches") if staged_rows else None
+
+    def read_block(block: int, into: list[np.ndarray], at: int) -> int:
+        first = starts[order[block]]
+        last = min(first + size, rows)
+        for source, buf in zip(sources, into):
+            source.read(first, last, buf[at : at + last - first], counts)
+        return last - first
+
+    def read_ahead() -> None:
+        nonlocal ahead, next_block
+        ahead = None
+        if next_block < len(starts):
+            ahead = reading.submit(read_block, next_block, staging[1 - current], 0)
             next_block += 1
-            if stop.is_set():
+
+    def next_staging() -> None:
+        nonlocal staged, taken, current
+        if ahead is None:
+            read_ahead()
+        staged, taken = ahead.result(), 0
+        current = 1 - current
+        read_ahead()
+
+    try:
+        while not stop.is_set():
+            while next_block < len(starts) and count + size <= cap and ahead is None:
+                first = starts[order[next_block]]
+                last = min(first + size, rows)
+                if begin + count + (last - first) > cap:  # in order: move the rest to the front
+                    for buf in buffers:
+                        buf[:count] = buf[begin : begin + count]
+                    begin = 0
+                count += read_block(next_block, buffers, begin + count)
+                next_block += 1
+                if stop.is_set():
+                    return
+            more = ahead is not None or next_block < len(starts)
+            if staged_rows and taken == staged and more:
+                next_staging()
+            exhausted = taken == staged and ahead is None and next_block == len(starts)
+            if count < batch_size and not (exhausted and count and not drop_last):
                 return
-        exhausted = next_block == len(starts)
-        if count < batch_size and not (exhausted and count and not drop_last):
-            return
-        take = min(batch_size, count)
-        if rng is None:
-            front = slice(begin, begin + take)
-            batch = tuple(_copy_rows(buf, front, pool) for buf, pool in zip(buffers, pools))
-            begin, count = (begin + take, count - take) if count > take else (0, 0)
-        else:
-            picked = rng.choice(count, size=take, replace=False)
-            batch = tuple(_copy_rows(buf, picked, pool) for buf, pool in zip(buffers, pools))
-            _fill_holes(buffers, picked, count)
-            count -= take
-        yield batch
-        del batch
+            take = min(batch_size, count)
+            if rng is None:
+                front = slice(begin, begin + take)
+                batch = tuple(_copy_rows(buf, front, pool) for buf, pool in zip(buffers, pools))
+                begin, count = (begin + take, count - take) if count > take else (0, 0)
+            else:
+                picked = rng.choice(count, size=take, replace=False)
+                batch = tuple(_copy_rows(buf, picked, pool) for buf, pool in zip(buffers, pools))
+                refill = 0  # the staging block's next rows take the drawn rows' places
+                while refill < take and staged_rows:
+                    if taken == staged:
+                        if ahead is None and next_block == len(starts):
+                            break
+                        next_staging()
+                    n = min(take - refill, staged - taken)
+                    for buf, stage in zip(buffers, staging[current]):
+                        buf[picked[refill : refill + n]] = stage[taken : taken + n]
+                    refill, taken = refill + n, taken + n
+                _fill_holes(buffers, picked[refill:], count)
+                count -= take - refill
+            yield batch
+            del batch
+    finally:
+        if reading is not None:
+            # a read in flight finishes on its own (its buffers stay alive with it): waiting
+            # could deadlock when a garbage collection closes this generator (see io.prefetched)
+            reading.shutdown(wait=False, cancel_futures=True)
 
 
 def _copy_rows(buffer: np.ndarray, rows: slice | np.ndarray, pool: BufferPool) -> np.ndarray:

@@ -256,6 +256,27 @@ def test_operators_and_methods_on_disk_arrays():
     close(f(x, y), ((a * b) - a / b + a**2).sum(axis=1), 1e-4)
 
 
+def test_a_traced_jax_value_on_the_left_of_an_operator():
+    """``lr * g`` inside ``jit``: a traced JAX scalar or array on the left of a stored array,
+    for every operator, against NumPy (JAX's own operands are left alone)."""
+    a = data((4, 3), 3, positive=True)
+    x = oocarr.from_numpy(a)
+    row = data((3,), 4, positive=True)
+
+    def f(x, lr, r):
+        return [
+            oocarr.sum(v, axis=0)
+            for v in (lr * x, lr + x, lr - x, lr / x, r * x, r - x, (lr < x) * 1.0, lr**x)
+        ]
+
+    got = jax.jit(f)(x, jnp.float32(1.5), jnp.asarray(row))
+    lr = np.float32(1.5)
+    want = [lr * a, lr + a, lr - a, lr / a, row * a, row - a, (lr < a) * 1.0, lr**a]
+    for g, w in zip(got, want):
+        close(g, w.sum(axis=0), 1e-5)
+    assert float(jax.jit(lambda u, v: jnp.sum(u * v))(jnp.ones(3), jnp.ones(3))) == 3.0
+
+
 def test_materialize_is_differentiable(backend, budget):
     a = data((6, 4), 9)
     x = stored(backend, a)

@@ -6,7 +6,7 @@ from typing import Any
 
 from jax._src import core as jax_core
 
-from oocarr.jaxlayer.disk_array import DiskArray, DiskArrayType
+from oocarr.jaxlayer.disk_array import DiskArray, DiskArrayType, is_disk
 from oocarr.jaxlayer.make_op import make_op, materialize, update
 from oocarr.ops.elementwise import BINARY, COMPARISON, UNARY, Where
 from oocarr.ops.matmul import Matmul
@@ -242,6 +242,20 @@ def _traced_getitem(x: Any, key: Any) -> Any:
     return _slice(x, region=region)
 
 
+def _deferring_to_disk(original: Any, ours: Any) -> Any:
+    """``original`` (an operator of JAX's in-memory type), but ``ours(x, y)`` when ``y`` is a
+    ``DiskArray``: under ``jit`` both are tracers of one Python class, so Python never asks
+    the ``DiskArray``'s reflected operator (``lr * g`` with a traced ``lr``)."""
+
+    def operator(x: Any, y: Any) -> Any:
+        if is_disk(y):
+            return ours(x, y)
+        return original(x, y)
+
+    operator.__wrapped__ = original  # type: ignore[attr-defined]
+    return operator
+
+
 def install_operators() -> None:
     """Give ``DiskArray`` (and its traced type) its operators and methods: ``+``, ``@``,
     ``<`` ..., ``.sum()``, ``.mean()``, ``.T``, ``.update_()`` and ``x[key]`` under ``jit``.
@@ -263,5 +277,11 @@ def install_operators() -> None:
         setattr(DiskArray, name, fn)
         setattr(DiskArrayType, name, jax_core.aval_method(fn))
     DiskArrayType._getitem = staticmethod(_traced_getitem)
+    for name, fn in _OPERATORS.items():
+        original = getattr(jax_core.ShapedArray, f"_{name}", None)
+        if original is not None and not hasattr(original, "__wrapped__"):
+            setattr(
+                jax_core.ShapedArray, f"_{name}", staticmethod(_deferring_to_disk(original, fn))
+            )
     DiskArray.T = property(transpose)
     DiskArrayType.T = jax_core.aval_property(transpose)

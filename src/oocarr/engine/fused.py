@@ -39,7 +39,7 @@ from oocarr.store.buffers import BufferPool
 from oocarr.store.dtypes import as_dtype, dtype_token
 from oocarr.store.locator import Locator
 from oocarr.store.regions import broadcast_region
-from oocarr.store.registry import get_driver
+from oocarr.store.registry import get_driver, register_driver
 
 __all__ = [
     "FusedArray",
@@ -63,7 +63,8 @@ DRIVER = "fused"
 CONST_ELEMS = 64
 
 _SLOTS: dict[str, tuple[np.ndarray, ...]] = {}
-_SLOTS_LOCK = threading.Lock()
+#: Guards the slots and the deferred cotangents' versions (callbacks run in XLA's threads).
+_LOCK = threading.Lock()
 
 
 def deposit(token: str, values: Sequence[Any]) -> None:
@@ -76,18 +77,18 @@ def deposit(token: str, values: Sequence[Any]) -> None:
     >>> forget("example")
     """
     held = tuple(np.asarray(v) for v in values)
-    with _SLOTS_LOCK:
+    with _LOCK:
         _SLOTS[token] = held
 
 
 def forget(token: str) -> None:
     """Drop the slots ``token`` names (the primitive that filled them is gone)."""
-    with _SLOTS_LOCK:
+    with _LOCK:
         _SLOTS.pop(token, None)
 
 
 def _slot_values(token: str) -> tuple[np.ndarray, ...]:
-    with _SLOTS_LOCK:
+    with _LOCK:
         try:
             return _SLOTS[token]
         except KeyError:
@@ -141,7 +142,7 @@ def register(locator: Locator, value: Locator) -> np.ndarray:
     '/g.npy'
     """
     version = next(_VERSIONS) % 2**24 or next(_VERSIONS)  # exact in a float32 marker, not 0
-    with _SLOTS_LOCK:
+    with _LOCK:
         versions = _DEFERRED.setdefault(locator.url, collections.OrderedDict())
         versions[version] = value
         while len(versions) > KEEP_VERSIONS:
@@ -158,7 +159,7 @@ def resolve(locator: Locator, version: Any) -> Locator:
         zero = Leaf.const(np.zeros((), as_dtype(options["dtype"]))).spec
         url = json.dumps({"expr": {"leaf": 0}, "leaves": [zero]}, sort_keys=True)
         return Locator.make(DRIVER, url, "", None, options)
-    with _SLOTS_LOCK:
+    with _LOCK:
         try:
             return _DEFERRED[locator.url][version]
         except KeyError:
@@ -573,3 +574,7 @@ class FusedArray(BlockedArray):
     def read_bytes(self, shape: Sequence[int]) -> int:
         """Bytes a read of a region of ``shape`` reads from storage: the leaves' blocks."""
         return sum(store.read_bytes(s) for store, s in self._leaf_tiles(shape))
+
+
+# The engine registers its computed array itself: the page-store layer knows no layer above it.
+register_driver(DRIVER, FusedArray)

@@ -88,17 +88,18 @@ def _operands(avals: Sequence[Any], values: Sequence[Any]) -> list[Operand]:
     ]
 
 
-def _leaf(aval: Any, value: Any, slots: list[np.ndarray], token: str) -> fused.Leaf:
-    """A fused expression's leaf for an argument of type ``aval`` whose run-time value is
-    ``value`` (a marker for a stored array); an in-memory value too large for the locator
-    becomes slot ``len(slots)`` of ``token``."""
+def _leaf(aval: Any, value: Any, slots: list[Any], token: str) -> fused.Leaf:
+    """A fused expression's leaf for an argument of type ``aval`` and value ``value`` (a
+    marker for a stored array, a tracer while tracing); an in-memory value that is traced or
+    too large for the locator becomes slot ``len(slots)`` of ``token``, appended to
+    ``slots``.  A constant is strong, as the unfused op reads it (``Operand(np.asarray(v))``),
+    so fused and unfused chains give the same bits."""
     if isinstance(aval, DiskArrayType):
         return fused.Leaf.stored(_stored_at(aval, value), aval.shape)
-    value = np.asarray(value)
     if fused.Leaf.fits_locator(value, aval):
-        return fused.Leaf.const(value)
+        return fused.Leaf.const(np.asarray(value, dtype=aval.dtype))
     slots.append(value)
-    return fused.Leaf.slot(token, len(slots) - 1, value.shape, value.dtype)
+    return fused.Leaf.slot(token, len(slots) - 1, aval.shape, aval.dtype)
 
 
 def _sum_of(locators: Sequence[Locator], shape: tuple[int, ...], dtype: Any) -> Locator:
@@ -220,13 +221,15 @@ class FusedForward(Forward):
     """
 
     def __init__(
-        self, op: BlockParallelOp, in_avals: tuple, locator: Locator, slots: tuple, token: str
+        self,
+        op: BlockParallelOp,
+        in_avals: tuple,
+        out_aval: DiskArrayType,
+        slots: tuple,
+        token: str,
     ) -> None:
         self.slots = slots
         self.token = token
-        structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in in_avals]
-        dtype = np.dtype(op.result_dtype(*structs))
-        out_aval = DiskArrayType(op.output_shape, dtype, locator)
         super().__init__(op, in_avals, out_aval)
         weakref.finalize(self, fused.forget, token)
 
@@ -271,20 +274,13 @@ def _fused_call(op: Any, args: tuple, avals: tuple) -> FusedForward | None:
     if not any(isinstance(a, DiskArrayType) for a in avals):
         return None
     token = uuid.uuid4().hex
-    leaves, slots = [], []
-    for i, (arg, aval) in enumerate(zip(args, avals)):
-        if isinstance(aval, DiskArrayType):
-            leaves.append(fused.Leaf.stored(aval.locator, aval.shape))
-        elif not fused.Leaf.fits_locator(arg, aval):
-            leaves.append(fused.Leaf.slot(token, len(slots), aval.shape, aval.dtype))
-            slots.append(i)
-        else:
-            # strong, as the unfused op reads it (``Operand(np.asarray(v))``): the same bits
-            leaves.append(fused.Leaf.const(np.asarray(arg, dtype=aval.dtype)))
-    structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals]
-    dtype = op.result_dtype(*structs)
+    held: list[Any] = []  # the slots' values, in argument order
+    leaves = [_leaf(aval, arg, held, token) for arg, aval in zip(args, avals)]
+    slots = tuple(i for i, leaf in enumerate(leaves) if "slot" in leaf.spec)
+    dtype = np.dtype(op.result_dtype(*(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals)))
     locator = fused.fused_locator(type(op), leaves, op.output_shape, dtype)
-    return FusedForward(op, avals, locator, tuple(slots), token)
+    out_aval = DiskArrayType(op.output_shape, dtype, locator)
+    return FusedForward(op, avals, out_aval, slots, token)
 
 
 class Backward(VJPHiPrimitive):

@@ -445,4 +445,3 @@ def register_driver(name: str, driver: Any) -> None:
 
 
 register_driver("view", {"driver": "oocarr.store.views:RegionView"})
-register_driver("fused", {"driver": "oocarr.engine.fused:FusedArray"})

@@ -312,7 +312,7 @@ class Backward(VJPHiPrimitive):
         super().__init__()
         weakref.finalize(self, fused.forget, self.token)
 
-    @property
+    @functools.cached_property
     def lazy(self) -> frozenset[int]:
         """Inputs whose cotangent is a fused array (no loop, nothing written): fused arrays
         (their cotangents are deferred) of an elementwise op, of the output's shape (a

@@ -99,6 +99,8 @@ from oocarr_drivers.hdf5_remote import (
     is_transport_error,
     read_contiguous,
 )
+from oocarr_drivers.hdf5_views import view_start
+from oocarr_drivers.mapped_views import map_view
 
 __all__ = ["HDF5Array"]
 
@@ -856,6 +858,24 @@ class HDF5Array(BlockedArray):
             if isinstance(err, OocarrError) or is_transport_error(err):
                 raise
             raise corrupt(self._locator, f"reading {region} failed ({err})") from None
+
+    def _view(self, region) -> np.ndarray | None:
+        """A mapping of the file's bytes of ``region`` where they are one aligned run
+        (:mod:`.hdf5_views`); only while every handle on the file in this process is
+        read-only, so that HDF5 holds no newer data in its caches."""
+        with LOCK:
+            dset = self._dataset()
+            entry = self._handle.entry
+            if entry.writable or entry.remote is not None or self._filtered:
+                return None
+            start = view_start(dset, self._dtype, region)
+            if start is None:
+                return None
+            fd = os.dup(entry.file.id.get_vfd_handle())
+        try:
+            return map_view(fd, start, tuple(r.stop - r.start for r in region), self._dtype)
+        finally:
+            os.close(fd)
 
     def _contiguous_offset(self, dset: h5py.Dataset) -> int | None:
         """Where a remote contiguous dataset's data starts in the file, when the driver can

@@ -43,6 +43,7 @@ import hdf5plugin  # noqa: F401  (registers every filter it ships with HDF5, onc
 from oocarr.errors import OocarrError, ReadOnlyError, StorageBusyError, WriteError
 from oocarr.store import Locator, corrupt, is_local, require_exists
 from oocarr_drivers.hdf5_remote import RemoteFile, is_transport_error
+from oocarr_drivers.hdf5_views import ALIGNED
 
 __all__ = [
     "CACHE_W0",
@@ -224,7 +225,8 @@ def _open_file(
                 raise not_hdf5(locator, head=remote.head(4)) from None
             raise corrupt(locator, f"h5py cannot open the file ({err})") from None
     try:
-        return h5py.File(path, mode)
+        # What this process writes is page-aligned, so that its chunks can be mapped (views).
+        return h5py.File(path, mode, **ALIGNED)
     except FileNotFoundError:
         require_exists(False, locator, "file")
         raise
@@ -353,7 +355,7 @@ def _reopen(entry: SharedFile, writable: bool, locator: Locator) -> None:
         entry.writable = writable
     except OocarrError:
         try:
-            entry.file = h5py.File(entry.path, "r+" if was else "r")
+            entry.file = h5py.File(entry.path, "r+" if was else "r", **ALIGNED)
         except Exception:
             entry.file = None
         raise

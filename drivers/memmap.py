@@ -51,16 +51,11 @@ from oocarr.store import (
     temp_sibling,
 )
 from oocarr_drivers.claims import MEMMAP_SUFFIXES, memmap_can_list, memmap_can_open
+from oocarr_drivers.mapped_views import map_view
 
 __all__ = ["MemmapArray"]
 
 ATTRS_SUFFIX = ".attrs.json"
-
-#: Byte alignment of a region's data for a view of it: XLA's CPU client uses a host buffer
-#: without a copy only from this alignment.
-VIEW_ALIGNMENT = 64
-
-_MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 
 #: Regions whose contiguous runs are shorter than this are copied out of a mapping of a few
 #: rows at a time, instead of one ``pread`` per run: a 512×256 float32 panel of a 2048-wide
@@ -580,28 +575,13 @@ class MemmapArray(BlockedArray):
                 window.close()
         return True
 
-    # A view maps only its own region (populated up front, in the reading thread) and is
-    # unmapped when the array is collected, so its pages leave the RSS with it.
+    # A view maps only its own region, and only when it is one run of the file.
     def _view(self, region) -> np.ndarray | None:
         runs = list(itertools.islice(_runs(self.shape, region, self.itemsize), 2))
         if self._order == "F" or len(runs) != 1:
             return None
-        start = self._offset + runs[0][0]
-        nbytes = runs[0][1]
-        fd = self._file()
-        if start % VIEW_ALIGNMENT or start + nbytes > os.fstat(fd).st_size:
-            return None  # unaligned data would be copied anyway; a short file fails in _read
-        base = start - start % mmap.ALLOCATIONGRANULARITY
-        mapping = mmap.mmap(
-            fd,
-            start + nbytes - base,
-            flags=mmap.MAP_SHARED | _MAP_POPULATE,
-            prot=mmap.PROT_READ,
-            offset=base,
-        )
-        count = nbytes // self.itemsize
-        view = np.frombuffer(mapping, self.dtype, count, offset=start - base)
-        return view.reshape(tuple(r.stop - r.start for r in region))
+        shape = tuple(r.stop - r.start for r in region)
+        return map_view(self._file(), self._offset + runs[0][0], shape, self.dtype)
 
     def _write(self, region, value) -> None:
         if self._order == "F":

@@ -139,6 +139,8 @@ LAYOUT: dict[tuple[str, str], tuple[str, str | None]] = {
     ("tall_X", "npy"): ("tall.npy", None),
     ("lsq_X", "hdf5"): ("lsq.h5", "X"),
     ("lsq_y", "hdf5"): ("lsq.h5", "y"),
+    ("lsq_X", "npy"): ("lsq_X.npy", None),
+    ("lsq_y", "npy"): ("lsq_y.npy", None),
     ("convert", "hdf5"): ("convert.h5", "x"),
     ("convert", "zarr"): ("convert.zarr", None),
 }
@@ -149,7 +151,7 @@ WORKLOAD_ARRAYS: dict[str, tuple[tuple[str, str], ...]] = {
     "chain": tuple((a, f) for f in ("hdf5", "npy") for a in ("chain_a", "chain_b")),
     "matmul": tuple((a, f) for f in ("hdf5", "npy") for a in ("matmul_A", "matmul_B")),
     "tall": (("tall_X", "hdf5"), ("tall_X", "npy")),
-    "lsq": (("lsq_X", "hdf5"), ("lsq_y", "hdf5")),
+    "lsq": tuple((a, f) for f in ("hdf5", "npy") for a in ("lsq_X", "lsq_y")),
     "batches": (("lsq_X", "hdf5"), ("lsq_y", "hdf5")),
     "convert": (("convert", "hdf5"), ("convert", "zarr")),
 }
@@ -752,9 +754,9 @@ def lsq_start(sizes: Sizes) -> np.ndarray:
     return np.full((sizes.lsq_shape[1], 1), LSQ_W0, np.float32)
 
 
-def _lsq_inputs(ctx: Context) -> tuple[Stored, Stored, list[str]]:
-    x, y = ctx.stored("lsq_X", "hdf5"), ctx.stored("lsq_y", "hdf5")
-    return x, y, [x.path]
+def _lsq_inputs(ctx: Context, fmt: str = "hdf5") -> tuple[Stored, Stored, list[str]]:
+    x, y = ctx.stored("lsq_X", fmt), ctx.stored("lsq_y", fmt)
+    return x, y, sorted({x.path, y.path})
 
 
 def _value_grad(result: Any) -> dict[str, Any]:
@@ -762,14 +764,14 @@ def _value_grad(result: Any) -> dict[str, Any]:
     return {"value": float(value), "grad": np.asarray(grad, dtype=float).ravel().tolist()}
 
 
-def _lsq_stored_case(ctx: Context, loss: Callable[..., Any]) -> Case:
+def _lsq_stored_case(ctx: Context, fmt: str, loss: Callable[..., Any]) -> Case:
     """``jax.jit(jax.value_and_grad(loss))(w, X, y)`` with ``X`` and ``y`` opened by oocarr."""
     import jax
     import jax.numpy as jnp
 
     import oocarr
 
-    x, y, files = _lsq_inputs(ctx)
+    x, y, files = _lsq_inputs(ctx, fmt)
     step = jax.jit(jax.value_and_grad(loss))
     w = jnp.asarray(lsq_start(ctx.sizes))
 
@@ -785,13 +787,14 @@ def _lsq_oocarr(ctx: Context, op: str, fmt: str) -> Case:
 
     import oocarr
 
-    return _lsq_stored_case(ctx, oocarr.stream_sum(lambda w, xb, yb: jnp.sum((xb @ w - yb) ** 2)))
+    loss = oocarr.stream_sum(lambda w, xb, yb: jnp.sum((xb @ w - yb) ** 2))
+    return _lsq_stored_case(ctx, fmt, loss)
 
 
 def _lsq_oocarr_opbyop(ctx: Context, op: str, fmt: str) -> Case:
     import oocarr
 
-    return _lsq_stored_case(ctx, lambda w, x, y: oocarr.sum(oocarr.square(x @ w - y)))
+    return _lsq_stored_case(ctx, fmt, lambda w, x, y: oocarr.sum(oocarr.square(x @ w - y)))
 
 
 def _lsq_jax(ctx: Context, op: str, fmt: str) -> Case:
@@ -815,7 +818,7 @@ def _lsq_jax(ctx: Context, op: str, fmt: str) -> Case:
 def _lsq_dask(ctx: Context, op: str, fmt: str) -> Case:
     import dask
 
-    x, y, files = _lsq_inputs(ctx)
+    x, y, files = _lsq_inputs(ctx, fmt)
     w = lsq_start(ctx.sizes)
 
     def run() -> Any:
@@ -831,7 +834,7 @@ def _lsq_dask(ctx: Context, op: str, fmt: str) -> Case:
 
 
 def _lsq_loop(ctx: Context, op: str, fmt: str) -> Case:
-    x, y, files = _lsq_inputs(ctx)
+    x, y, files = _lsq_inputs(ctx, fmt)
     w = lsq_start(ctx.sizes)
 
     def run() -> Any:

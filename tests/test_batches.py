@@ -295,6 +295,9 @@ SCRIPT = textwrap.dedent(
     with oocarr.memory_budget(budget):
         loader = oocarr.batches(x, y, batch_size=512, shuffle=True, seed=0)
         plan = loader.plan()
+        if len(sys.argv) > 4:  # resume at that batch: replay the draws, then read the buffer
+            state = {**loader.state(), "batch": int(sys.argv[4])}
+            loader = oocarr.batches(x, y, batch_size=512, shuffle=True, state=state)
         for xb, yb in loader:
             total += int(np.asarray(yb).sum())
             rows += len(yb)
@@ -325,4 +328,15 @@ def test_a_shuffled_epoch_stays_within_the_budget(big):
         f"shuffled epoch: peak RSS {growth / 1e6:.1f} MB above baseline (budget "
         f"{BUDGET / 1e6:.0f} MB), {mb_s:.0f} MB/s, plan {report['plan']}"
     )
+    assert growth <= 1.25 * BUDGET, f"peaked {growth / 1e6:.1f} MB above its baseline"
+
+
+@pytest.mark.memory
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_a_resumed_shuffled_epoch_stays_within_the_budget(big):
+    skip = BIG_ROWS // 512 // 2
+    report = run_script(SCRIPT, *big, str(BUDGET), str(skip))
+    assert report["rows"] == BIG_ROWS - skip * 512
+    growth = report["growth"]
+    print(f"resumed epoch: peak RSS {growth / 1e6:.1f} MB above baseline")
     assert growth <= 1.25 * BUDGET, f"peaked {growth / 1e6:.1f} MB above its baseline"

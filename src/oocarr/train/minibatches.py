@@ -10,6 +10,10 @@ random from the rows in the buffer.  A background thread does the reading
 and keeps up to ``prefetch`` batches ready, so a training step that takes
 longer than a read never waits for data.
 
+A loader's :meth:`Batches.state` resumes it at exactly the next batch
+(``batches(..., state=...)``), and ``shard=`` gives each of several
+processes its own contiguous, chunk-aligned range of the rows.
+
 Memory: the shuffle buffer, the prefetched batches, the batch the loop
 holds, the one being assembled and one block of driver cache are all sized
 from :func:`oocarr.engine.budget.memory_budget_bytes` when an epoch starts.
@@ -22,7 +26,7 @@ import queue
 import threading
 import time
 import weakref
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +53,23 @@ from oocarr.store.pages import DEFAULT_CHUNK_BYTES, DEFAULT_PAGE_BYTES
 
 __all__ = ["batches", "Batches", "Epoch", "EpochStats"]
 
+#: What :meth:`Batches.state` returns is marked with this, and checked on resume.
+STATE_FORMAT = "oocarr.batches/1"
+STATE_KEYS = (
+    "format",
+    "shard",
+    "seed",
+    "epoch",
+    "batch",
+    "rows",
+    "batch_size",
+    "shuffle",
+    "drop_last",
+    "shuffle_buffer",
+    "block_rows",
+    "buffer_rows",
+)
+
 #: A shuffle buffer of at least this many blocks (and a batch) refills the rows each batch
 #: draws from a staging block, one row write each, instead of moving its last rows into the
 #: holes and appending whole blocks (a random read and a random write per row).  One epoch
@@ -58,6 +79,10 @@ STAGING_BLOCKS = 4
 #: Largest ratio of bytes read to bytes used when picking the row-block unit: blocks
 #: smaller than some input's chunks make that input's chunks be read more than once.
 READ_OVERHEAD = 1.25
+#: Bytes a shuffle-buffer row keeps for a resumed epoch, which replays the draws up to its
+#: batch on row numbers (8 bytes a row) and then reads the rows in order (their order and
+#: their sorted numbers, 8 bytes each).
+REPLAY_BYTES = 24
 _POLL_S = 0.05
 
 
@@ -92,13 +117,17 @@ class EpochStats:
 
 @dataclass(frozen=True)
 class _Plan:
-    """Rows per block read, rows of shuffle buffer, and the bytes they and the batches take."""
+    """Rows per block read, rows of shuffle buffer, and the bytes they and the batches take;
+    ``piece_rows``: rows per read when a resumed epoch refills its buffer, in the room of the
+    batches it does not hold yet."""
 
     block_rows: int
     buffer_rows: int
     resident_bytes: int
     batches_held: int
     projection: Projection
+    unit: int = 1
+    piece_rows: int = 1
 
 
 class _Source:
@@ -223,7 +252,9 @@ def _plan(
     usable = tile_budget(budget, least=least, overhead=overhead)
     free_rows = (usable - batches_bytes) // row_bytes - unit
     whole = -(-max(rows, 1) // unit) * unit
-    if shuffle:
+    replay = REPLAY_BYTES if shuffle else 0
+    if shuffle:  # each buffer row also keeps room for its row number in a resumed epoch
+        free_rows = (usable - batches_bytes - unit * row_bytes) // (row_bytes + replay)
         room = free_rows
         if shuffle_buffer is not None:
             room = min(room, max(shuffle_buffer, unit + batch_rows - 1))
@@ -239,9 +270,11 @@ def _plan(
         s.store.read_overhead((block, *s.row_shape)) for s in sources if s.store is not None
     )
     projection = _projection(
-        "batches", prefetch, batch_rows * row_bytes, buffer_rows, unit, row_bytes, overhead
+        "batches", prefetch, batch_rows * row_bytes, buffer_rows, unit, row_bytes, overhead, replay
     )
-    return _Plan(block, buffer_rows, projection.nbytes, prefetch + EXTRA_BATCHES, projection)
+    held = prefetch + EXTRA_BATCHES
+    piece = max(1, min(unit, held * batch_rows))
+    return _Plan(block, buffer_rows, projection.nbytes, held, projection, unit, piece)
 
 
 def _projection(
@@ -252,21 +285,20 @@ def _projection(
     unit: int,
     row_bytes: int,
     overhead: int = 0,
+    replay: int = 0,
 ) -> Projection:
-    """What an epoch holds at once: batches queued and in hand, the shuffle buffer, and one
-    block unit of driver cache (HDF5 keeps the chunks of the last block read)."""
-    return Projection(
-        name,
-        (
-            Buffers("batches queued (prefetch)", prefetch, batch_bytes),
-            Buffers(
-                "batches in hand, assembled, and their device copy", EXTRA_BATCHES, batch_bytes
-            ),
-            Buffers("shuffle buffer", 1, buffer_rows * row_bytes),
-            Buffers("driver cache of the last block read", 1, unit * row_bytes),
-            Buffers("drivers' read buffers (encoded and decoding chunks)", 1, overhead),
-        ),
+    """What an epoch holds at once: batches queued and in hand, the shuffle buffer (and
+    ``replay`` bytes a row of it for a resumed epoch's row numbers), and one block unit of
+    driver cache (HDF5 keeps the chunks of the last block read)."""
+    items = (
+        Buffers("batches queued (prefetch)", prefetch, batch_bytes),
+        Buffers("batches in hand, assembled, and their device copy", EXTRA_BATCHES, batch_bytes),
+        Buffers("shuffle buffer", 1, buffer_rows * row_bytes),
+        Buffers("row numbers of a resumed epoch's replay", 1, buffer_rows * replay),
+        Buffers("driver cache of the last block read", 1, unit * row_bytes),
+        Buffers("drivers' read buffers (encoded and decoding chunks)", 1, overhead),
     )
+    return Projection(name, items)
 
 
 class _Failure:
@@ -288,6 +320,9 @@ def _read_batches(
     rng: np.random.Generator | None,
     counts: IOCounts,
     stop: threading.Event,
+    skip: int = 0,
+    lo: int = 0,
+    limit: int | None = None,
 ) -> Generator[tuple[np.ndarray, ...]]:
     """One epoch of NumPy batches: blocks in (shuffled) order into the buffer, batches out.
 
@@ -299,14 +334,37 @@ def _read_batches(
     Otherwise, and once every block is in, the last rows of the buffer move
     into the holes.  In order, batches are taken from the front.  Every row
     enters the buffer once and leaves it once.
+
+    With ``skip``, the epoch resumes at batch ``skip``.  In order, it starts at
+    row ``skip * batch_size``.  Shuffled, the first ``skip`` batches are
+    replayed on row numbers alone (the same draws, nothing read), then the
+    rows the buffers hold at that point are read, a piece at a time in row
+    order, and the epoch goes on as if it had never stopped.
+
+    Only rows ``lo:rows`` are read (a shard's), and at most ``limit`` batches
+    are made.
     """
     size, cap = plan.block_rows, plan.buffer_rows
-    starts = list(range(0, rows, size))
+    # in order, batch ``skip`` starts at row ``lo + skip * batch_size``: nothing to replay
+    in_order = rng is None
+    first_row = lo + skip * batch_size if in_order else lo
+    drawn = skip if in_order else 0  # batches made, those resumed past included
+    skip = 0 if in_order else skip
+    starts = list(range(first_row, rows, size))
     order = rng.permutation(len(starts)) if rng is not None else range(len(starts))
     staged_rows = size if rng is not None and cap >= STAGING_BLOCKS * size + batch_size else 0
     cap -= 2 * staged_rows  # two staging blocks are carved out of the planned buffer
-    buffers = [np.empty((cap, *s.row_shape), s.dtype) for s in sources]
-    staging = [[np.empty((staged_rows, *s.row_shape), s.dtype) for s in sources] for _ in "ab"]
+
+    def data(n: int) -> list[np.ndarray]:
+        return [np.empty((n, *s.row_shape), s.dtype) for s in sources]
+
+    # While replaying, the buffers hold row numbers (``ids``) and no data.
+    replaying = skip > 0
+    ids = np.empty(cap, np.int64) if replaying else None
+    id_stage = [np.empty(staged_rows, np.int64) if replaying else None for _ in "ab"]
+    buffers = [] if replaying else data(cap)
+    staging = [[] if replaying else data(staged_rows) for _ in "ab"]
+    staged_block = [-1, -1]  # which block of ``order`` each staging block holds
     # batches resident at once: the planner's prefetch + EXTRA_BATCHES, whose buffers come
     # back once JAX and the loop are done with them (fresh ones cost a page fault per page)
     pools = [BufferPool(keep=plan.batches_held) for _ in sources]
@@ -319,9 +377,11 @@ def _read_batches(
     ahead: Future | None = None  # the other staging block being read
     reading = ThreadPoolExecutor(1, thread_name_prefix="oocarr-batches") if staged_rows else None
 
-    def read_block(block: int, into: list[np.ndarray], at: int) -> int:
+    def read_block(block: int, into: list[np.ndarray], at: int, into_ids: Any = None) -> int:
         first = starts[order[block]]
         last = min(first + size, rows)
+        if into_ids is not None:
+            into_ids[at : at + last - first] = np.arange(first, last)
         for source, buf in zip(sources, into):
             source.read(first, last, buf[at : at + last - first], counts)
         return last - first
@@ -329,8 +389,11 @@ def _read_batches(
     def read_ahead() -> None:
         nonlocal ahead, next_block
         ahead = None
+        other = 1 - current
+        staged_block[other] = -1
         if next_block < len(starts):
-            ahead = reading.submit(read_block, next_block, staging[1 - current], 0)
+            staged_block[other] = next_block
+            ahead = reading.submit(read_block, next_block, staging[other], 0, id_stage[other])
             next_block += 1
 
     def next_staging() -> None:
@@ -341,16 +404,32 @@ def _read_batches(
         current = 1 - current
         read_ahead()
 
+    def resume() -> None:
+        """Read the data of every row the replay left in the buffers."""
+        nonlocal buffers, staging, replaying, ids
+        if ahead is not None:
+            ahead.result()
+        buffers = data(cap)
+        staging = [data(staged_rows) for _ in "ab"]
+        for k in (0, 1):
+            if staged_block[k] >= 0:
+                read_block(staged_block[k], staging[k], 0)
+        held_ids = ids[begin : begin + count]
+        _read_rows_at(sources, buffers, held_ids, begin, (lo, rows), plan.piece_rows, counts)
+        replaying = False
+        ids = None  # noqa: F841 (the row numbers are not needed any more)
+        id_stage[:] = [None, None]
+
     try:
         while not stop.is_set():
             while next_block < len(starts) and count + size <= cap and ahead is None:
                 first = starts[order[next_block]]
                 last = min(first + size, rows)
                 if begin + count + (last - first) > cap:  # in order: move the rest to the front
-                    for buf in buffers:
+                    for buf in (*buffers, *([ids] if replaying else [])):
                         buf[:count] = buf[begin : begin + count]
                     begin = 0
-                count += read_block(next_block, buffers, begin + count)
+                count += read_block(next_block, buffers, begin + count, ids if replaying else None)
                 next_block += 1
                 if stop.is_set():
                     return
@@ -360,33 +439,74 @@ def _read_batches(
             exhausted = taken == staged and ahead is None and next_block == len(starts)
             if count < batch_size and not (exhausted and count and not drop_last):
                 return
+            if limit is not None and drawn >= limit:
+                return
+            if replaying and drawn == skip:
+                resume()
+            held = [*buffers, *([ids] if replaying else [])]
+            stages = [*staging[current], *([id_stage[current]] if replaying else [])]
             take = min(batch_size, count)
+            batch = None
             if rng is None:
                 front = slice(begin, begin + take)
-                batch = tuple(_copy_rows(buf, front, pool) for buf, pool in zip(buffers, pools))
+                if not replaying:
+                    batch = tuple(_copy_rows(b, front, pool) for b, pool in zip(buffers, pools))
                 begin, count = (begin + take, count - take) if count > take else (0, 0)
             else:
                 picked = rng.choice(count, size=take, replace=False)
-                batch = tuple(_copy_rows(buf, picked, pool) for buf, pool in zip(buffers, pools))
+                if not replaying:
+                    batch = tuple(_copy_rows(b, picked, pool) for b, pool in zip(buffers, pools))
                 refill = 0  # the staging block's next rows take the drawn rows' places
                 while refill < take and staged_rows:
                     if taken == staged:
                         if ahead is None and next_block == len(starts):
                             break
                         next_staging()
+                        stages = [*staging[current], *([id_stage[current]] if replaying else [])]
                     n = min(take - refill, staged - taken)
-                    for buf, stage in zip(buffers, staging[current]):
+                    for buf, stage in zip(held, stages):
                         buf[picked[refill : refill + n]] = stage[taken : taken + n]
                     refill, taken = refill + n, taken + n
-                _fill_holes(buffers, picked[refill:], count)
+                _fill_holes(held, picked[refill:], count)
                 count -= take - refill
-            yield batch
+            drawn += 1
+            if batch is not None:
+                yield batch
             del batch
     finally:
         if reading is not None:
             # a read in flight finishes on its own (its buffers stay alive with it): waiting
             # could deadlock when a garbage collection closes this generator (see io.prefetched)
             reading.shutdown(wait=False, cancel_futures=True)
+
+
+def _read_rows_at(
+    sources: list[_Source],
+    buffers: list[np.ndarray],
+    row_ids: np.ndarray,
+    first: int,
+    span: tuple[int, int],
+    piece_rows: int,
+    counts: IOCounts,
+) -> None:
+    """Fill ``buffers[first + i]`` with row ``row_ids[i]`` for each ``i``, read in row order a
+    piece of ``piece_rows`` rows at a time within rows ``span`` (pieces holding none of them
+    are not read)."""
+    if not len(row_ids):
+        return
+    positions = np.argsort(row_ids, kind="stable")
+    row_ids = row_ids[positions]
+    positions += first
+    pieces = [np.empty((piece_rows, *s.row_shape), s.dtype) for s in sources]
+    i = 0
+    while i < len(row_ids):
+        start = max(span[0], int(row_ids[i]) - int(row_ids[i]) % piece_rows)
+        stop = min(start + piece_rows, span[1])
+        j = int(np.searchsorted(row_ids, stop))
+        for source, piece, buf in zip(sources, pieces, buffers):
+            source.read(start, stop, piece[: stop - start], counts)
+            buf[positions[i:j]] = piece[row_ids[i:j] - start]
+        i = j
 
 
 def _copy_rows(buffer: np.ndarray, rows: slice | np.ndarray, pool: BufferPool) -> np.ndarray:
@@ -478,8 +598,15 @@ class Epoch:
         prefetch: int,
         counts: IOCounts,
         site: str,
+        position: dict[str, Any] | None = None,
+        per_epoch: int = 0,
+        on_close: Any = None,
     ) -> None:
         self.stats = EpochStats()
+        # the loader's state at this epoch's start (its "batch": where this epoch resumed)
+        self._position = dict(position or {"epoch": 0, "batch": 0})
+        self._per_epoch = per_epoch
+        self._on_close = on_close
         self._stop = stop
         self._counts = counts
         self._site = site
@@ -508,6 +635,24 @@ class Epoch:
             self.stats.first_batch_seconds = time.perf_counter() - self._started
         self.stats.batches += 1
         return item
+
+    def state(self) -> dict[str, Any]:
+        """Where this epoch stands, as a small JSON-able dict: the loader's
+        :meth:`Batches.state` after the batches handed out so far.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarr
+        >>> epoch = iter(oocarr.batches(np.arange(10), batch_size=4, seed=3))
+        >>> _ = next(epoch)
+        >>> s = epoch.state(); s["epoch"], s["batch"]
+        (0, 1)
+        """
+        state = dict(self._position)
+        state["batch"] += self.stats.batches
+        if state["batch"] >= self._per_epoch:
+            state["epoch"], state["batch"] = state["epoch"] + 1, 0
+        return state
 
     def _next_inline(self) -> Any:
         try:
@@ -563,6 +708,8 @@ class Epoch:
             self._finalizer()
         else:
             self._batches.close()
+        if self._on_close is not None:
+            self._on_close(self.state())
         self._counts.tiles = self.stats.batches
         self.stats.blocks_read = self._counts.pages_read
         self.stats.bytes_read = self._counts.bytes_read
@@ -602,6 +749,8 @@ class Batches:
     ----------
     epoch : int
         The epoch the next iteration runs (0 first); it sets the shuffle.
+    shard : tuple of int
+        ``(index, count)``: the shard of the rows this loader yields (``(0, 1)``: all).
     stats : EpochStats or None
         The statistics of the latest epoch started.
 
@@ -625,6 +774,8 @@ class Batches:
         drop_last: bool = False,
         prefetch: int = 2,
         shuffle_buffer: int | None = None,
+        state: Mapping[str, Any] | None = None,
+        shard: tuple[int, int] | str | None = None,
     ) -> None:
         if not arrays:
             raise InvalidArgumentError("batches needs at least one array")
@@ -647,14 +798,25 @@ class Batches:
                     f"{self._sources[0].name} has {rows} rows and {s.name} has {s.shape[0]}"
                 )
         self.rows = rows
+        self.shard = _shard(shard)
+        self._bounds = _shard_bounds(
+            rows, _shard_align(self._sources, rows, self.shard[1]), self.shard[1]
+        )
+        self._lo, self._hi = self._bounds[self.shard[0]], self._bounds[self.shard[0] + 1]
         self.epoch = 0
         self.stats: EpochStats | None = None
+        self._skip = 0  # batches of the next epoch already handed out (a resumed state)
+        self._fixed: tuple[int, int] | None = None  # block and buffer rows of a resumed state
+        self._latest: weakref.ref[Epoch] | None = None
+        self._closed_state: dict[str, Any] | None = None
+        if state is not None:
+            self._restore(state, seed)
 
     def __len__(self) -> int:
-        """Batches per epoch."""
-        if self.drop_last:
-            return self.rows // self.batch_size
-        return -(-self.rows // self.batch_size)
+        """Batches per epoch (of this shard)."""
+        if self.drop_last:  # every shard makes as many batches as the smallest can fill
+            return min(b - a for a, b in zip(self._bounds, self._bounds[1:])) // self.batch_size
+        return -(-(self._hi - self._lo) // self.batch_size)
 
     def plan(self) -> dict[str, int]:
         """Rows per block read, rows of shuffle buffer and bytes resident, under the budget
@@ -676,47 +838,254 @@ class Batches:
         }
 
     def _plan(self) -> _Plan:
+        budget = memory_budget_bytes()
         args = (
             self._sources,
-            self.rows,
+            self._hi - self._lo,
             self.batch_size,
             self.prefetch,
             self.shuffle,
             self.shuffle_buffer,
-            memory_budget_bytes(),
+            budget,
         )
         plan = _plan(*args)
         overhead = plan.projection.items[-1].total
         # the drivers' read buffers of the blocks planned come out of the shuffle buffer's room
-        return _plan(*args, overhead) if overhead else plan
+        plan = _plan(*args, overhead) if overhead else plan
+        return plan if self._fixed is None else self._fixed_plan(plan, budget)
+
+    def _fixed_plan(self, plan: _Plan, budget: int) -> _Plan:
+        """The blocks and shuffle buffer of the state this loader resumed from (the shuffle
+        depends on them), checked against ``budget``."""
+        block, buffer_rows = self._fixed
+        row_bytes = max(1, sum(s.row_bytes for s in self._sources))
+        batch_bytes = min(self.batch_size, max(self._hi - self._lo, 1)) * row_bytes
+        overhead = sum(
+            s.store.read_overhead((block, *s.row_shape)) for s in self._sources if s.store
+        )
+        projection = _projection(
+            f"batches resumed from a saved state, whose shuffle depends on its blocks of "
+            f"{block} rows and shuffle buffer of {buffer_rows} rows",
+            self.prefetch,
+            batch_bytes,
+            buffer_rows,
+            plan.unit,
+            row_bytes,
+            overhead,
+            REPLAY_BYTES,
+        )
+        require(
+            projection,
+            budget,
+            remedy="with oocarr.set_memory_budget (the budget the state was saved under "
+            "was large enough), or start the epoch afresh without state=",
+        )
+        return _Plan(
+            block,
+            buffer_rows,
+            projection.nbytes,
+            plan.batches_held,
+            projection,
+            plan.unit,
+            plan.piece_rows,
+        )
+
+    def state(self) -> dict[str, Any]:
+        """Where this loader stands, as a small JSON-able dict, for resuming with
+        ``batches(..., state=...)`` at exactly the next batch.
+
+        It holds the seed, the epoch and the batches of it already handed out
+        (``batch``), and what the order depends on besides: ``rows``,
+        ``batch_size``, ``shuffle``, ``drop_last``, ``shuffle_buffer`` and,
+        when shuffled, the rows per block read and of the shuffle buffer the
+        epoch runs with (``block_rows``, ``buffer_rows``; by default the memory
+        budget sets them).  The order never depends on thread timing or
+        ``prefetch``.
+
+        Examples
+        --------
+        >>> import json, numpy as np, oocarr
+        >>> loader = oocarr.batches(np.arange(10), batch_size=4, shuffle=True, seed=7)
+        >>> for i, (b,) in enumerate(loader):
+        ...     if i == 1:
+        ...         saved = json.dumps(loader.state())
+        ...         break
+        >>> rest = [b.tolist() for (b,) in oocarr.batches(
+        ...     np.arange(10), batch_size=4, shuffle=True, state=json.loads(saved))]
+        >>> everything = [b.tolist() for (b,) in oocarr.batches(
+        ...     np.arange(10), batch_size=4, shuffle=True, seed=7)]
+        >>> rest == everything[2:]
+        True
+        """
+        epoch = self._latest() if self._latest is not None else None
+        if epoch is not None and not epoch._done:
+            return epoch.state()
+        if self._closed_state is not None:
+            return dict(self._closed_state)
+        if self._fixed is not None:
+            return self._position(self.epoch, self._skip, *self._fixed)
+        plan = self._plan()
+        return self._position(self.epoch, self._skip, plan.block_rows, plan.buffer_rows)
+
+    def _position(self, epoch: int, batch: int, block: int, buffer: int) -> dict[str, Any]:
+        return {
+            "format": STATE_FORMAT,
+            "seed": int(self.seed),
+            "epoch": epoch,
+            "batch": batch,
+            "rows": self.rows,
+            "batch_size": self.batch_size,
+            "shuffle": self.shuffle,
+            "drop_last": self.drop_last,
+            "shuffle_buffer": self.shuffle_buffer,
+            "shard": list(self.shard),
+            "block_rows": block if self.shuffle else None,
+            "buffer_rows": buffer if self.shuffle else None,
+        }
+
+    def _restore(self, state: Mapping[str, Any], seed: int | None) -> None:
+        """Take up ``state`` (what :meth:`state` returned), after checking it fits."""
+        if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
+            raise InvalidArgumentError(
+                f"batches: state= must be what Batches.state() returned (a dict with "
+                f"format={STATE_FORMAT!r}), got {state!r:.200}"
+            )
+        missing = sorted(set(STATE_KEYS) - set(state))
+        if missing:
+            raise InvalidArgumentError(f"batches: state= lacks {', '.join(missing)}")
+        mine = {
+            "rows": self.rows,
+            "batch_size": self.batch_size,
+            "shuffle": self.shuffle,
+            "drop_last": self.drop_last,
+            "shard": list(self.shard),
+        }
+        if seed is not None:
+            mine["seed"] = seed
+        if self.shuffle_buffer is not None:
+            mine["shuffle_buffer"] = self.shuffle_buffer
+        differ = [f"{k}={state[k]!r} there, {v!r} here" for k, v in mine.items() if state[k] != v]
+        if differ:
+            raise InvalidArgumentError(
+                f"batches: state= was saved by a loader made differently ({'; '.join(differ)}); "
+                f"make this one as that one was to resume its order"
+            )
+        self.seed = _positive("state['seed']", state["seed"], zero=True)
+        self.shuffle_buffer = state["shuffle_buffer"]
+        self.epoch = _positive("state['epoch']", state["epoch"], zero=True)
+        self._skip = _positive("state['batch']", state["batch"], zero=True)
+        if self._skip >= max(len(self), 1):
+            raise InvalidArgumentError(
+                f"batches: state['batch'] is {self._skip}, but an epoch has {len(self)} batches"
+            )
+        if self.shuffle:
+            self._fixed = (
+                _positive("state['block_rows']", state["block_rows"]),
+                _positive("state['buffer_rows']", state["buffer_rows"]),
+            )
 
     def set_epoch(self, epoch: int) -> None:
-        """Make the next iteration run epoch ``epoch`` (to resume a run with its shuffles)."""
+        """Make the next iteration run epoch ``epoch`` from its start (to replay or skip
+        epochs; :meth:`state` resumes mid-epoch)."""
         self.epoch = _positive("epoch", epoch, zero=True)
+        self._skip = 0
+        self._latest = self._closed_state = None
+
+    def _epoch_closed(self, state: dict[str, Any]) -> None:
+        self._closed_state = state
 
     def __iter__(self) -> Epoch:
         plan = self._plan()
         site = call_site("batches")
+        number, skip = self.epoch, self._skip
         rng = None
         if self.shuffle:
-            rng = np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(self.epoch,)))
-        self.epoch += 1
+            # each shard shuffles its own rows; one shard keeps the unsharded order
+            key = (number,) if self.shard[1] == 1 else (number, self.shard[0])
+            rng = np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=key))
+        self.epoch, self._skip = number + 1, 0
         counts = IOCounts(calls=1)
         counts.project(plan.resident_bytes)
         stop = threading.Event()
         reading = _read_batches(
-            self._sources, self.rows, plan, self.batch_size, self.drop_last, rng, counts, stop
+            self._sources,
+            self._hi,
+            plan,
+            self.batch_size,
+            self.drop_last,
+            rng,
+            counts,
+            stop,
+            skip,
+            self._lo,
+            len(self),
         )
-        epoch = Epoch(reading, stop, self.prefetch, counts, site)
+        epoch = Epoch(
+            reading,
+            stop,
+            self.prefetch,
+            counts,
+            site,
+            self._position(number, skip, plan.block_rows, plan.buffer_rows),
+            len(self),
+            self._epoch_closed,
+        )
         self.stats = epoch.stats
+        self._latest, self._closed_state = weakref.ref(epoch), None
         return epoch
 
     def __repr__(self) -> str:
         names = ", ".join(s.name for s in self._sources)
         return (
             f"<Batches of {self.batch_size} rows from {names}: {len(self)} per epoch, "
-            f"shuffle={self.shuffle}, drop_last={self.drop_last}, prefetch={self.prefetch}>"
+            f"shuffle={self.shuffle}, drop_last={self.drop_last}, prefetch={self.prefetch}"
+            + (f", shard={self.shard}>" if self.shard[1] > 1 else ">")
         )
+
+
+def _shard(shard: tuple[int, int] | str | None) -> tuple[int, int]:
+    """``(index, count)`` of ``shard=`` (``"jax"``: this JAX process among all of them)."""
+    if shard is None:
+        return (0, 1)
+    if shard == "jax":
+        return (jax.process_index(), jax.process_count())
+    if (
+        isinstance(shard, (tuple, list))
+        and len(shard) == 2
+        and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in shard)
+        and 0 <= shard[0] < shard[1]
+    ):
+        return (int(shard[0]), int(shard[1]))
+    raise InvalidArgumentError(
+        f"batches: shard= must be (index, count) with 0 <= index < count, or 'jax' for "
+        f"(jax.process_index(), jax.process_count()); got {shard!r}"
+    )
+
+
+def _shard_align(sources: list[_Source], rows: int, count: int) -> int:
+    """Rows the shard boundaries are multiples of, so that no stored chunk is read by two
+    shards: every input's row chunks where that leaves each shard some rows, else the
+    chunks of the input with the most bytes a row, else single rows."""
+    chunks = [s.chunk_rows for s in sources if s.chunk_rows]
+    if count == 1 or not chunks:
+        return 1
+    every = math.lcm(*chunks)
+    if every * count <= rows:
+        return every
+    heaviest = max((s for s in sources if s.chunk_rows), key=lambda s: s.row_bytes).chunk_rows
+    return heaviest if heaviest * count <= rows else 1
+
+
+def _shard_bounds(rows: int, align: int, count: int) -> list[int]:
+    """The first row of each of ``count`` contiguous shards, and ``rows``: equal to within
+    ``align`` rows, at multiples of it (the last shard takes what is left).
+
+    Examples
+    --------
+    >>> _shard_bounds(100, 8, 3), _shard_bounds(10, 1, 4)
+    ([0, 32, 64, 100], [0, 2, 5, 7, 10])
+    """
+    return [i * rows // count // align * align for i in range(count)] + [rows]
 
 
 def _positive(name: str, value: Any, *, zero: bool = False) -> int:
@@ -734,6 +1103,8 @@ def batches(
     drop_last: bool = False,
     prefetch: int = 2,
     shuffle_buffer: int | None = None,
+    state: Mapping[str, Any] | None = None,
+    shard: tuple[int, int] | str | None = None,
 ) -> Batches:
     """Minibatches of stored (or in-memory) arrays, read ahead in a background thread.
 
@@ -768,12 +1139,32 @@ def batches(
     shuffle_buffer : int, optional
         Most rows in the shuffle buffer; by default, what the memory budget
         leaves after the batches.
+    state : dict, optional
+        What :meth:`Batches.state` returned (JSON-able): the loader resumes
+        at exactly the batch after the last one handed out then, and the
+        batches that follow are bitwise those of an uninterrupted run.  The
+        arrays' rows and the other arguments must be as they were (the seed
+        is taken from the state); a shuffled state also fixes the block and
+        shuffle-buffer sizes, and a memory budget too small for them raises
+        ``BudgetTooSmallError`` saying so.
+    shard : (int, int) or "jax", optional
+        ``(index, count)``: this loader yields shard ``index`` of ``count``,
+        a contiguous range of rows whose ends are multiples of the inputs'
+        row chunks (so no chunk is read by two shards), the ranges equal to
+        within a chunk.  The shards of an epoch are disjoint and together hold
+        every row once; each shuffles its own rows, with its own order per
+        epoch.  With ``drop_last``, every shard makes the same number of
+        batches, as many as the smallest shard fills, so that data-parallel
+        processes take the same number of steps (the rows left over in each
+        shard are dropped).  ``"jax"`` is ``(jax.process_index(),
+        jax.process_count())``.
 
     Returns
     -------
     Batches
         An iterable with ``len()`` (batches per epoch), ``set_epoch(k)``,
-        ``plan()`` and ``stats`` (an :class:`EpochStats` of the latest epoch).
+        ``plan()``, ``state()`` and ``stats`` (an :class:`EpochStats` of the
+        latest epoch).
 
     Raises
     ------
@@ -781,7 +1172,11 @@ def batches(
         When the arrays' leading axes differ (the message names them).
     BudgetTooSmallError
         When an epoch starts and the memory budget cannot hold
-        ``prefetch + 3`` batches plus a block of rows.
+        ``prefetch + 3`` batches plus a block of rows (or, resuming a
+        shuffled ``state``, its shuffle buffer).
+    InvalidArgumentError
+        When ``state`` is not a loader state, or was saved by a loader made
+        with other arguments or arrays of another length.
 
     Notes
     -----
@@ -815,4 +1210,6 @@ def batches(
         drop_last=drop_last,
         prefetch=prefetch,
         shuffle_buffer=shuffle_buffer,
+        state=state,
+        shard=shard,
     )

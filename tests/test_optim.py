@@ -232,3 +232,41 @@ def test_missing_optax_names_the_install_command(monkeypatch):
     # apply_updates does not need optax
     new = oocarr.optim.apply_updates({"w": oocarr.from_numpy(np.ones(2, "f4"))}, {"w": 1.0})
     close(new["w"], np.full(2, 2.0))
+
+
+@pytest.mark.parametrize(
+    ("make", "names"),
+    [
+        (
+            lambda: optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(1e-3)),
+            "clip_by_global_norm",
+        ),
+        (lambda: optax.lamb(1e-3), "scale_by_trust_ratio"),
+        (lambda: optax.lars(1e-3), "scale_by_trust_ratio"),
+        (lambda: optax.adafactor(1e-3), "scale_by_factored_rms"),
+    ],
+    ids=["clip_by_global_norm", "lamb", "lars", "adafactor"],
+)
+def test_transformations_that_combine_elements_are_refused_at_init(make, names):
+    """Tile by tile they would use per-tile norms: refused when the state is made, naming the
+    transformation, never a silently different update."""
+    tx = oocarr.optim.blockwise(make())
+    w = oocarr.from_numpy(data((300, 300), 3))
+    with pytest.raises(errors.UnsupportedTransformationError, match=names):
+        tx.init({"w": w})
+
+
+def test_elementwise_transformations_with_schedules_are_accepted():
+    schedule = optax.cosine_decay_schedule(0.05, 10)
+    params = {"w": jnp.asarray(W0)}
+    for opt in [optax.adamw(schedule), optax.chain(optax.clip(1.0), optax.lion(1e-3))]:
+        tx = oocarr.optim.blockwise(opt)
+        w = oocarr.from_numpy(W0)
+        state = tx.init({"w": w})
+        for _ in range(3):
+            g = {"w": oocarr.from_numpy(np.asarray(jax.grad(ref_loss)({"w": jnp.asarray(w)})["w"]))}
+            updates, state = tx.update(g, state, {"w": w})
+            w = oocarr.optim.apply_updates({"w": w}, updates)["w"]
+        np.testing.assert_allclose(
+            np.asarray(w), oracle(opt, params, steps=3)["w"], rtol=1e-5, atol=1e-6
+        )

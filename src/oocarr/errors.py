@@ -28,6 +28,7 @@ __all__ = [
     "WriteError",
     "ExecutorError",
     "StorageAccessError",
+    "UnsupportedTransformationError",
 ]
 
 
@@ -105,6 +106,11 @@ class DtypeMismatchError(OocarrError, TypeError):
 
 class BudgetTooSmallError(OocarrError, MemoryError):
     """The memory budget cannot hold even one page of the work asked for."""
+
+
+class UnsupportedTransformationError(OocarrError, ValueError):
+    """An optax transformation that ``oocarr.optim.blockwise`` cannot apply exactly (it
+    combines elements of a parameter or across parameters)."""
 
 
 class MissingDependencyError(OocarrError, ImportError):

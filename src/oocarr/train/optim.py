@@ -18,8 +18,9 @@ that element and on scalar state such as the step count: ``sgd`` (with or
 without momentum), ``adam``, ``adamw``, ``lion``, ``rmsprop``, ``adagrad``,
 ``adabelief``, ``scale_by_schedule``, chains of these ...  Transformations
 that combine elements (``clip_by_global_norm``, ``scale_by_trust_ratio``,
-``lamb``, ``lars``, ``adafactor``'s factored moments, ...) are not supported:
-wrapped, they would silently use per-tile norms.
+``lamb``, ``lars``, ``adafactor``'s factored moments, ...) are refused when
+the state is made (a probe compares their result on parts of a tree with
+their result on the whole): tile by tile they would use per-tile norms.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from oocarr.errors import (
     InvalidArgumentError,
     MissingDependencyError,
     ShapeMismatchError,
+    UnsupportedTransformationError,
 )
 from oocarr.jaxlayer.callbacks import (
     call,
@@ -404,6 +406,112 @@ def _as_value(x: Any) -> Any:
 # ----------------------------------------------------------------------------
 
 
+#: Shapes of the probe that tells elementwise transformations from the others: one leaf
+#: large enough that adafactor factors it (both sides >= its default 128), cut in two tiles,
+#: and a second leaf.
+_PROBE_LEAF, _PROBE_OTHER = (256, 256), (64,)
+
+
+def _probe_values() -> tuple[dict, list[dict]]:
+    """Parameters and two steps' gradients for the probe (large enough to be clipped)."""
+    rng = np.random.default_rng(0)
+
+    def tree(scale: float) -> dict:
+        return {
+            "a": (scale * rng.standard_normal(_PROBE_LEAF)).astype(np.float32),
+            "b": (scale * rng.standard_normal(_PROBE_OTHER)).astype(np.float32),
+        }
+
+    return tree(1.0), [tree(10.0), tree(10.0)]
+
+
+def _run_steps(tx: Any, params: Any, grads: list[Any]) -> list[Any]:
+    state = tx.init(params)
+    outs = []
+    for g in grads:
+        u, state = tx.update(g, state, params)
+        outs.append(u)
+        params = jax.tree.map(lambda p, d: p + d, params, u)
+    return outs
+
+
+def _elementwise(tx: Any) -> bool:
+    """Whether ``tx`` on parts of the parameters (each leaf alone, a leaf cut in two tiles)
+    gives what it gives on the whole tree, for two steps: what :func:`blockwise` needs."""
+    params, grads = _probe_values()
+    half = _PROBE_LEAF[0] // 2
+
+    def parts(tree: dict) -> list[np.ndarray]:
+        return [tree["a"][:half], tree["a"][half:], tree["b"]]
+
+    try:
+        with jax.ensure_compile_time_eval():
+            whole = _run_steps(tx, params, grads)
+            pieces = [
+                _run_steps(tx, p, [parts(g)[i] for g in grads])
+                for i, p in enumerate(parts(params))
+            ]
+    except Exception:  # a transformation that cannot run on a lone array: not ours to judge
+        return True
+    for step, w in enumerate(whole):
+        joined = np.concatenate([pieces[0][step], pieces[1][step]])
+        for got, want in ((joined, w["a"]), (pieces[2][step], w["b"])):
+            got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+            scale = max(float(np.max(np.abs(want), initial=0.0)), 1e-30)
+            if not np.allclose(got, want, rtol=1e-4, atol=1e-5 * scale):
+                return False
+    return True
+
+
+def _cells(*fns: Any) -> dict[str, Any]:
+    """The variables the closures ``fns`` captured, by name."""
+    cells = {}
+    for fn in fns:
+        names = getattr(getattr(fn, "__code__", None), "co_freevars", ())
+        cells.update(zip(names, (c.cell_contents for c in (fn.__closure__ or ()))))
+    return cells
+
+
+def _members(tx: Any) -> list[Any]:
+    """The transformations of an ``optax.chain`` (its ``init_fns``/``update_fns``), else
+    ``[tx]``."""
+    optax = _optax()
+    cells = _cells(tx.init, tx.update)
+    inner = cells.get("inner")
+    if hasattr(inner, "init") and hasattr(inner, "update"):  # optax.masked and the like
+        return [inner]
+    if "init_fns" in cells and "update_fns" in cells:
+        return [
+            optax.GradientTransformationExtraArgs(i, u)
+            for i, u in zip(cells["init_fns"], cells["update_fns"])
+        ]
+    return [tx]
+
+
+def _name(tx: Any) -> str:
+    """The optax function that made ``tx`` (``clip_by_global_norm``), from its ``update``'s
+    qualified name, through ``with_extra_args_support``'s wrapper."""
+    update = tx.update
+    for _ in range(8):
+        name = getattr(update, "__qualname__", repr(tx)).split(".<locals>")[0]
+        inner = _cells(update).get("tx")
+        if name != "with_extra_args_support" or inner is None:
+            return name
+        update = inner.update
+    return name
+
+
+def _not_elementwise(tx: Any) -> list[str]:
+    """The names of the innermost transformations in ``tx`` that are not elementwise."""
+    if _elementwise(tx):
+        return []
+    members = _members(tx)
+    if len(members) == 1 and members[0] is tx:
+        return [_name(tx)]
+    found = [name for m in members for name in _not_elementwise(m)]
+    return found or [_name(tx)]
+
+
 def blockwise(tx: Any) -> Any:
     """Wrap an elementwise optax transformation so that it updates ``DiskArray`` parameters.
 
@@ -443,6 +551,9 @@ def blockwise(tx: Any) -> Any:
     ------
     MissingDependencyError
         When optax is not installed (``pip install optax``).
+    UnsupportedTransformationError
+        From ``init``, when ``tx`` (or a transformation in it) combines
+        elements of a leaf or across leaves, naming it.
 
     Notes
     -----
@@ -451,8 +562,9 @@ def blockwise(tx: Any) -> Any:
     ``adagrad``, ``lion``, ``adabelief`` ...).  Transformations that combine
     elements of a leaf or across leaves (``clip_by_global_norm``,
     ``scale_by_trust_ratio``, ``lamb``, ``lars``, factored ``adafactor``)
-    are not supported: wrapped, they would compute their statistics per
-    tile.  Apply a global-norm clip yourself (``oocarr.sum(oocarr.square(g))``
+    would compute their statistics per tile, so ``init`` refuses them: it
+    runs two steps of ``tx`` on a small tree whole and in parts, once, and
+    compares.  Apply a global-norm clip yourself (``oocarr.sum(oocarr.square(g))``
     per leaf) if you need one.  Optimizer steps cannot be differentiated.
 
     Examples
@@ -469,6 +581,23 @@ def blockwise(tx: Any) -> Any:
     """
     optax = _optax()
     kernels: dict[tuple, _Kernel] = {}
+    checked: list[bool] = []
+
+    def check() -> None:
+        """Refuse, once, a transformation whose tile-by-tile result would not be optax's."""
+        if checked:
+            return
+        names = _not_elementwise(tx)
+        if names:
+            raise UnsupportedTransformationError(
+                f"oocarr.optim.blockwise cannot apply {', '.join(names)}: it combines elements "
+                f"of a parameter or across parameters (a global norm, a per-parameter trust "
+                f"ratio, factored moments), so tile by tile it would not give optax's result. "
+                f"Use an elementwise transformation (sgd, adam, adamw, lion, rmsprop, "
+                f"adagrad ...), or clip by the global norm yourself from "
+                f"oocarr.sum(oocarr.square(g)) of each gradient"
+            )
+        checked.append(True)
 
     def layout(shape: tuple[int, ...], dtype: Any) -> tuple[Any, list, list[bool]]:
         """The state's structure and leaves for one parameter, and which leaves are tiled:
@@ -587,6 +716,7 @@ def blockwise(tx: Any) -> Any:
         return outs[0], new_state
 
     def init_fn(params: Any) -> BlockwiseState:
+        check()
         return BlockwiseState(tuple(init_leaf(p) for p in jax.tree.leaves(params)))
 
     def update_fn(updates: Any, state: BlockwiseState, params: Any = None) -> tuple:

@@ -448,8 +448,7 @@ def _elementwise(tx: Any) -> bool:
         with jax.ensure_compile_time_eval():
             whole = _run_steps(tx, params, grads)
             pieces = [
-                _run_steps(tx, p, [parts(g)[i] for g in grads])
-                for i, p in enumerate(parts(params))
+                _run_steps(tx, p, [parts(g)[i] for g in grads]) for i, p in enumerate(parts(params))
             ]
     except Exception:  # a transformation that cannot run on a lone array: not ours to judge
         return True

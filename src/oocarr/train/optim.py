@@ -69,6 +69,8 @@ from oocarr.store import pages
 from oocarr.store.blocked import BlockedArray
 from oocarr.store.locator import Locator
 from oocarr.store.scratch import scratch_locator
+from oocarr.train.global_clip import clipped, leading_clip
+from oocarr.train.optax_parts import not_elementwise
 
 __all__ = ["blockwise", "apply_updates", "BlockwiseState"]
 
@@ -406,111 +408,6 @@ def _as_value(x: Any) -> Any:
 # ----------------------------------------------------------------------------
 
 
-#: Shapes of the probe that tells elementwise transformations from the others: one leaf
-#: large enough that adafactor factors it (both sides >= its default 128), cut in two tiles,
-#: and a second leaf.
-_PROBE_LEAF, _PROBE_OTHER = (256, 256), (64,)
-
-
-def _probe_values() -> tuple[dict, list[dict]]:
-    """Parameters and two steps' gradients for the probe (large enough to be clipped)."""
-    rng = np.random.default_rng(0)
-
-    def tree(scale: float) -> dict:
-        return {
-            "a": (scale * rng.standard_normal(_PROBE_LEAF)).astype(np.float32),
-            "b": (scale * rng.standard_normal(_PROBE_OTHER)).astype(np.float32),
-        }
-
-    return tree(1.0), [tree(10.0), tree(10.0)]
-
-
-def _run_steps(tx: Any, params: Any, grads: list[Any]) -> list[Any]:
-    state = tx.init(params)
-    outs = []
-    for g in grads:
-        u, state = tx.update(g, state, params)
-        outs.append(u)
-        params = jax.tree.map(lambda p, d: p + d, params, u)
-    return outs
-
-
-def _elementwise(tx: Any) -> bool:
-    """Whether ``tx`` on parts of the parameters (each leaf alone, a leaf cut in two tiles)
-    gives what it gives on the whole tree, for two steps: what :func:`blockwise` needs."""
-    params, grads = _probe_values()
-    half = _PROBE_LEAF[0] // 2
-
-    def parts(tree: dict) -> list[np.ndarray]:
-        return [tree["a"][:half], tree["a"][half:], tree["b"]]
-
-    try:
-        with jax.ensure_compile_time_eval():
-            whole = _run_steps(tx, params, grads)
-            pieces = [
-                _run_steps(tx, p, [parts(g)[i] for g in grads]) for i, p in enumerate(parts(params))
-            ]
-    except Exception:  # a transformation that cannot run on a lone array: not ours to judge
-        return True
-    for step, w in enumerate(whole):
-        joined = np.concatenate([pieces[0][step], pieces[1][step]])
-        for got, want in ((joined, w["a"]), (pieces[2][step], w["b"])):
-            got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
-            scale = max(float(np.max(np.abs(want), initial=0.0)), 1e-30)
-            if not np.allclose(got, want, rtol=1e-4, atol=1e-5 * scale):
-                return False
-    return True
-
-
-def _cells(*fns: Any) -> dict[str, Any]:
-    """The variables the closures ``fns`` captured, by name."""
-    cells = {}
-    for fn in fns:
-        names = getattr(getattr(fn, "__code__", None), "co_freevars", ())
-        cells.update(zip(names, (c.cell_contents for c in (fn.__closure__ or ()))))
-    return cells
-
-
-def _members(tx: Any) -> list[Any]:
-    """The transformations of an ``optax.chain`` (its ``init_fns``/``update_fns``), else
-    ``[tx]``."""
-    optax = _optax()
-    cells = _cells(tx.init, tx.update)
-    inner = cells.get("inner")
-    if hasattr(inner, "init") and hasattr(inner, "update"):  # optax.masked and the like
-        return [inner]
-    if "init_fns" in cells and "update_fns" in cells:
-        return [
-            optax.GradientTransformationExtraArgs(i, u)
-            for i, u in zip(cells["init_fns"], cells["update_fns"])
-        ]
-    return [tx]
-
-
-def _name(tx: Any) -> str:
-    """The optax function that made ``tx`` (``clip_by_global_norm``), from its ``update``'s
-    qualified name, through ``with_extra_args_support``'s wrapper."""
-    update = tx.update
-    for _ in range(8):
-        name = getattr(update, "__qualname__", repr(tx)).split(".<locals>")[0]
-        inner = _cells(update).get("tx")
-        if name != "with_extra_args_support" or inner is None:
-            return name
-        update = inner.update
-    return name
-
-
-def _not_elementwise(tx: Any) -> list[str]:
-    """The names of the innermost transformations in ``tx`` that are not elementwise."""
-    if _elementwise(tx):
-        return []
-    members = _members(tx)
-    if len(members) == 1 and members[0] is tx:
-        return [_name(tx)]
-    found = [name for m in members for name in _not_elementwise(m)]
-    return found or [_name(tx)]
-
-
 def blockwise(tx: Any) -> Any:
     """Wrap an elementwise optax transformation so that it updates ``DiskArray`` parameters.
 
@@ -579,6 +476,9 @@ def blockwise(tx: Any) -> Any:
     array([0.9, 0.9, 0.9], dtype=float32)
     """
     optax = _optax()
+    split = leading_clip(tx)
+    if split is not None:  # the global norm first, in a pass of its own; then the rest
+        return clipped(split[0], blockwise(split[1]))
     kernels: dict[tuple, _Kernel] = {}
     checked: list[bool] = []
 
@@ -586,7 +486,7 @@ def blockwise(tx: Any) -> Any:
         """Refuse, once, a transformation whose tile-by-tile result would not be optax's."""
         if checked:
             return
-        names = _not_elementwise(tx)
+        names = not_elementwise(tx)
         if names:
             raise UnsupportedTransformationError(
                 f"oocarr.optim.blockwise cannot apply {', '.join(names)}: it combines elements "

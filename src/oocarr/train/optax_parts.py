@@ -80,7 +80,15 @@ def _elementwise(tx: Any) -> bool:
 
 
 def cells_of(*fns: Any) -> dict[str, Any]:
-    """The variables the closures ``fns`` captured, by name."""
+    """The variables the closures ``fns`` captured, by name.
+
+    Examples
+    --------
+    >>> def outer(scale):
+    ...     return lambda x: x * scale
+    >>> cells_of(outer(3))
+    {'scale': 3}
+    """
     cells = {}
     for fn in fns:
         names = getattr(getattr(fn, "__code__", None), "co_freevars", ())
@@ -89,8 +97,15 @@ def cells_of(*fns: Any) -> dict[str, Any]:
 
 
 def members(tx: Any) -> list[Any]:
-    """The transformations of an ``optax.chain`` (its ``init_fns``/``update_fns``), else
-    ``[tx]``."""
+    """The transformations of an ``optax.chain`` (its ``init_fns``/``update_fns``), the
+    inner one of ``optax.masked``, else ``[tx]``.
+
+    Examples
+    --------
+    >>> import optax
+    >>> [name_of(m) for m in members(optax.adamw(0.1))]
+    ['scale_by_adam', 'add_decayed_weights', 'scale']
+    """
     optax = _optax()
     cells = cells_of(tx.init, tx.update)
     inner = cells.get("inner")
@@ -106,7 +121,14 @@ def members(tx: Any) -> list[Any]:
 
 def name_of(tx: Any) -> str:
     """The optax function that made ``tx`` (``clip_by_global_norm``), from its ``update``'s
-    qualified name, through ``with_extra_args_support``'s wrapper."""
+    qualified name, through ``with_extra_args_support``'s wrapper.
+
+    Examples
+    --------
+    >>> import optax
+    >>> name_of(optax.clip_by_global_norm(1.0))
+    'clip_by_global_norm'
+    """
     update = tx.update
     for _ in range(8):
         name = getattr(update, "__qualname__", repr(tx)).split(".<locals>")[0]
@@ -118,7 +140,16 @@ def name_of(tx: Any) -> str:
 
 
 def not_elementwise(tx: Any) -> list[str]:
-    """The names of the innermost transformations in ``tx`` that are not elementwise."""
+    """The names of the innermost transformations in ``tx`` that are not elementwise: run on
+    parts of a small tree (each leaf alone, a leaf cut in two), two of its steps do not give
+    what they give on the whole tree.
+
+    Examples
+    --------
+    >>> import optax
+    >>> not_elementwise(optax.adam(0.1)), not_elementwise(optax.lamb(0.1))
+    ([], ['scale_by_trust_ratio'])
+    """
     if _elementwise(tx):
         return []
     parts = members(tx)

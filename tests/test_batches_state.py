@@ -231,3 +231,63 @@ def test_shard_jax_is_this_process_and_bad_shards_are_refused():
     for bad in [(2, 2), (-1, 2), (0, 0), "all", (0.5, 2), (True, 2)]:
         with pytest.raises(errors.InvalidArgumentError, match="shard="):
             oocarr.batches(np.arange(10), batch_size=4, shard=bad)
+
+
+# ----------------------------------------------------------------------
+# Placement on devices (two host devices, in a subprocess)
+# ----------------------------------------------------------------------
+
+PLACEMENT_SCRIPT = """
+import json, sys
+import jax, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+import oocarr
+
+path = sys.argv[1]
+x = np.arange(1000 * 6, dtype=np.float32).reshape(1000, 6)
+np.save(path, x)
+xs, ids = oocarr.open(path), np.arange(1000)
+devices = jax.devices()
+mesh = Mesh(np.array(devices), ("data",))
+sharding = NamedSharding(mesh, PartitionSpec("data"))
+out = {"devices": len(devices), "batches": 0, "sharded": True, "equal": True}
+loader = oocarr.batches(xs, ids, batch_size=64, shuffle=True, seed=1, drop_last=True,
+                        sharding=sharding)
+seen = []
+for xb, yb in loader:
+    out["batches"] += 1
+    out["sharded"] &= xb.sharding == sharding and yb.sharding == sharding
+    out["sharded"] &= {s.data.shape[0] for s in xb.addressable_shards} == {32}
+    out["equal"] &= bool((np.asarray(xb) == x[np.asarray(yb)]).all())
+    seen.extend(np.asarray(yb).tolist())
+out["distinct"] = len(set(seen)) == len(seen) == 1000 // 64 * 64
+second = devices[1]
+on_one = [xb for xb, _ in oocarr.batches(xs, ids, batch_size=100, device=second)]
+out["device"] = all(xb.devices() == {second} for xb in on_one)
+try:
+    oocarr.batches(x[:999], ids[:999], batch_size=64, sharding=sharding)  # last: 39 rows
+    out["uneven"] = "accepted"
+except oocarr.errors.InvalidArgumentError as err:
+    out["uneven"] = str(err)
+print(json.dumps(out))
+"""
+
+
+def test_batches_arrive_placed_on_devices_and_split_over_a_mesh(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    done = subprocess.run(
+        [sys.executable, "-c", PLACEMENT_SCRIPT, str(tmp_path / "x.npy")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["devices"] == 2 and out["batches"] == 1000 // 64
+    assert out["sharded"] and out["equal"] and out["distinct"] and out["device"]
+    assert "39 rows" in out["uneven"] and "drop_last=True" in out["uneven"]

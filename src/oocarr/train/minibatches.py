@@ -543,11 +543,16 @@ class _Reader:
     """
 
     def __init__(
-        self, batches_of: Generator[tuple[np.ndarray, ...]], stop: threading.Event, prefetch: int
+        self,
+        batches_of: Generator[tuple[np.ndarray, ...]],
+        stop: threading.Event,
+        prefetch: int,
+        target: Any = None,
     ) -> None:
         self.queue: queue.Queue = queue.Queue(maxsize=prefetch)
         self.stop = stop
         self._batches = batches_of
+        self._target = target
 
     def _put(self, item: Any) -> bool:
         while not self.stop.is_set():
@@ -561,7 +566,7 @@ class _Reader:
     def run(self) -> None:
         try:
             for batch in self._batches:
-                item = tuple(jax.device_put(batch))
+                item = tuple(jax.device_put(batch, self._target))
                 del batch
                 if not self._put(item):
                     return
@@ -601,12 +606,14 @@ class Epoch:
         position: dict[str, Any] | None = None,
         per_epoch: int = 0,
         on_close: Any = None,
+        target: Any = None,
     ) -> None:
         self.stats = EpochStats()
         # the loader's state at this epoch's start (its "batch": where this epoch resumed)
         self._position = dict(position or {"epoch": 0, "batch": 0})
         self._per_epoch = per_epoch
         self._on_close = on_close
+        self._target = target  # where jax.device_put places each batch (a device, a sharding)
         self._stop = stop
         self._counts = counts
         self._site = site
@@ -661,7 +668,7 @@ class Epoch:
             return _END
         except BaseException as err:
             return _Failure(err)
-        return tuple(jax.device_put(batch))
+        return tuple(jax.device_put(batch, self._target))
 
     def _next_queued(self) -> Any:
         if self._thread is None:
@@ -684,7 +691,7 @@ class Epoch:
         return item
 
     def _start(self) -> None:
-        self._reader = _Reader(self._batches, self._stop, self._prefetch)
+        self._reader = _Reader(self._batches, self._stop, self._prefetch, self._target)
         self._thread = threading.Thread(target=self._reader.run, name="oocarr-batches", daemon=True)
         self._thread.start()
         self._finalizer = weakref.finalize(self, _stop_reader, self._reader, self._thread)
@@ -776,6 +783,8 @@ class Batches:
         shuffle_buffer: int | None = None,
         state: Mapping[str, Any] | None = None,
         shard: tuple[int, int] | str | None = None,
+        device: Any = None,
+        sharding: Any = None,
     ) -> None:
         if not arrays:
             raise InvalidArgumentError("batches needs at least one array")
@@ -804,6 +813,7 @@ class Batches:
         )
         self._lo, self._hi = self._bounds[self.shard[0]], self._bounds[self.shard[0] + 1]
         self.epoch = 0
+        self._target = _placement(device, sharding, self._sources, self._batch_sizes())
         self.stats: EpochStats | None = None
         self._skip = 0  # batches of the next epoch already handed out (a resumed state)
         self._fixed: tuple[int, int] | None = None  # block and buffer rows of a resumed state
@@ -811,6 +821,14 @@ class Batches:
         self._closed_state: dict[str, Any] | None = None
         if state is not None:
             self._restore(state, seed)
+
+    def _batch_sizes(self) -> set[int]:
+        """The numbers of rows the batches of an epoch have."""
+        own = self._hi - self._lo
+        sizes = {self.batch_size} if own >= self.batch_size else set()
+        if own % self.batch_size and not self.drop_last:
+            sizes.add(own % self.batch_size)
+        return sizes
 
     def __len__(self) -> int:
         """Batches per epoch (of this shard)."""
@@ -1029,6 +1047,7 @@ class Batches:
             self._position(number, skip, plan.block_rows, plan.buffer_rows),
             len(self),
             self._epoch_closed,
+            self._target,
         )
         self.stats = epoch.stats
         self._latest, self._closed_state = weakref.ref(epoch), None
@@ -1041,6 +1060,37 @@ class Batches:
             f"shuffle={self.shuffle}, drop_last={self.drop_last}, prefetch={self.prefetch}"
             + (f", shard={self.shard}>" if self.shard[1] > 1 else ">")
         )
+
+
+def _placement(device: Any, sharding: Any, sources: list[_Source], sizes: set[int]) -> Any:
+    """Where ``jax.device_put`` puts each batch: ``device``, ``sharding`` (checked to split
+    every batch the epoch makes), or ``None`` (JAX's default device)."""
+    if device is not None and sharding is not None:
+        raise InvalidArgumentError("batches: give device= or sharding=, not both")
+    if device is not None:
+        if not isinstance(device, jax.Device):
+            raise InvalidArgumentError(
+                f"batches: device= must be a jax.Device (e.g. jax.devices()[0]), got {device!r}"
+            )
+        return device
+    if sharding is None:
+        return None
+    if not isinstance(sharding, jax.sharding.Sharding):
+        raise InvalidArgumentError(
+            f"batches: sharding= must be a jax.sharding.Sharding (e.g. NamedSharding(mesh, "
+            f"PartitionSpec('data'))), got {sharding!r}"
+        )
+    for rows in sorted(sizes):
+        for s in sources:
+            try:
+                sharding.shard_shape((rows, *s.row_shape))
+            except ValueError as err:
+                raise InvalidArgumentError(
+                    f"batches: a batch of {rows} rows of {s.name} cannot be split by "
+                    f"sharding= ({err}); choose a batch_size the devices divide, and "
+                    f"drop_last=True when the last batch is smaller"
+                ) from None
+    return sharding
 
 
 def _shard(shard: tuple[int, int] | str | None) -> tuple[int, int]:
@@ -1105,6 +1155,8 @@ def batches(
     shuffle_buffer: int | None = None,
     state: Mapping[str, Any] | None = None,
     shard: tuple[int, int] | str | None = None,
+    device: Any = None,
+    sharding: Any = None,
 ) -> Batches:
     """Minibatches of stored (or in-memory) arrays, read ahead in a background thread.
 
@@ -1158,6 +1210,15 @@ def batches(
         processes take the same number of steps (the rows left over in each
         shard are dropped).  ``"jax"`` is ``(jax.process_index(),
         jax.process_count())``.
+    device : jax.Device, optional
+        Put every batch on this device (in the reading thread, ahead of the
+        loop) instead of JAX's default one.
+    sharding : jax.sharding.Sharding, optional
+        Put every batch with this sharding, e.g. ``NamedSharding(mesh,
+        PartitionSpec("data"))`` to split its rows over the local devices for
+        data parallelism.  Every batch of an epoch must split evenly (use
+        ``drop_last=True`` for a smaller last batch); the copies to the
+        devices run in the reading thread, ``prefetch`` batches ahead.
 
     Returns
     -------
@@ -1212,4 +1273,6 @@ def batches(
         shuffle_buffer=shuffle_buffer,
         state=state,
         shard=shard,
+        device=device,
+        sharding=sharding,
     )

@@ -11,6 +11,14 @@ gives the I/O reference. Without ``--data`` it first writes a synthetic dataset:
 
     python scripts/train_hdf5.py --rows 600000 --features 64 --budget 16MB
     python scripts/train_hdf5.py --data mydata.h5   # /train/X, /train/y, /test/X, /test/y
+
+The MLP (``--mlp-only`` trains it alone) uses ``chain(clip_by_global_norm, adamw)`` on a cosine
+schedule and checkpoints parameters, optimizer state and the loader's state every
+``--checkpoint-every`` steps; ``--resume`` continues from the checkpoint at exactly the next
+batch and ends with the parameters of an uninterrupted run, bitwise on CPU::
+
+    python scripts/train_hdf5.py --mlp-only --workdir w --die-at-step 250   # killed
+    python scripts/train_hdf5.py --mlp-only --workdir w --resume --data w/train.h5
 """
 
 from __future__ import annotations
@@ -18,13 +26,13 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
 
-import click
 import h5py
 import jax
 import jax.numpy as jnp
@@ -152,13 +160,50 @@ def fit_logistic(x: oocarr.DiskArray, y: oocarr.DiskArray, steps: int, l2: float
     return p
 
 
+def mlp_optimizer(steps: int) -> optax.GradientTransformation:
+    """Clip by the global norm, then AdamW on a cosine schedule over the whole run."""
+    schedule = optax.cosine_decay_schedule(3e-3, max(1, steps))
+    return optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule, weight_decay=1e-4))
+
+
 def fit_mlp(
-    x: oocarr.DiskArray, y: oocarr.DiskArray, epochs: int, batch_size: int, hidden: int
-) -> list[dict]:
-    """Minibatch Adam on shuffled batches read ahead from storage."""
+    x: oocarr.DiskArray,
+    y: oocarr.DiskArray,
+    epochs: int,
+    batch_size: int,
+    hidden: int,
+    checkpoint: str | None = None,
+    every: int = 0,
+    resume: bool = False,
+    die_at: int | None = None,
+) -> tuple[list[dict], float]:
+    """Minibatch training on shuffled batches read ahead from storage; the parameters and
+    the last epoch's mean loss.
+
+    Every ``every`` steps the parameters, the optimizer state, the loader's state and the
+    epoch's running loss go to ``checkpoint`` with ``oocarr.save_params`` (atomically: a
+    checkpoint is whole or absent). With ``resume``, training continues from it at exactly
+    the next batch, and ends with the parameters of an uninterrupted run, bitwise on CPU.
+    ``die_at`` kills this process (SIGKILL, nothing flushed) after that many steps: the
+    demo's preemption.
+    """
+    loader = oocarr.batches(x, y, batch_size=batch_size, shuffle=True, seed=0, drop_last=True)
+    tx = mlp_optimizer(epochs * len(loader))
     params = init_mlp(jax.random.key(0), [x.shape[1], hidden, hidden, 1])
-    tx = optax.adam(3e-3)
     state = tx.init(params)
+    done, total, count = 0, 0.0, 0
+    if resume and checkpoint and os.path.exists(checkpoint):
+        saved = oocarr.load_params(checkpoint)
+        params, state = saved["params"], saved["opt_state"]
+        done, total, count = int(saved["step"]), float(saved["total"]), int(saved["count"])
+        loader = oocarr.batches(
+            x, y, batch_size=batch_size, shuffle=True, drop_last=True, state=saved["loader"]
+        )
+        where = loader.state()
+        print(
+            f"  resumed from {checkpoint}: step {done}, epoch {where['epoch'] + 1}, "
+            f"batch {where['batch']}"
+        )
 
     @jax.jit
     def step(params, state, xb, yb):
@@ -169,23 +214,47 @@ def fit_mlp(
         updates, state = tx.update(grads, state, params)
         return optax.apply_updates(params, updates), state, value
 
-    loader = oocarr.batches(x, y, batch_size=batch_size, shuffle=True, seed=0, drop_last=True)
-    print(f"MLP {x.shape[1]}-{hidden}-{hidden}-1, Adam, batches of {batch_size} ({epochs} epochs)")
-    for epoch in range(epochs):
-        start, total, count = time.perf_counter(), 0.0, 0
+    print(
+        f"MLP {x.shape[1]}-{hidden}-{hidden}-1, clip_by_global_norm(1) + AdamW on a cosine "
+        f"schedule, batches of {batch_size} ({epochs} epochs)"
+    )
+    mean = float("nan")
+    while loader.epoch < epochs:
+        epoch = loader.epoch
+        start, waits, steps = time.perf_counter(), 0, 0
         with oocarr.io_stats() as stats:
-            with click.progressbar(loader, label=f"  epoch {epoch + 1}", file=sys.stderr) as bar:
-                for xb, yb in bar:
-                    params, state, value = step(params, state, xb, yb)
-                    total, count = total + float(value), count + 1
+            for xb, yb in loader:
+                params, state, value = step(params, state, xb, yb)
+                total, count, done, steps = total + float(value), count + 1, done + 1, steps + 1
+                if checkpoint and every and done % every == 0:
+                    oocarr.save_params(
+                        {
+                            "params": params,
+                            "opt_state": state,
+                            "loader": loader.state(),
+                            "step": done,
+                            "total": total,
+                            "count": count,
+                        },
+                        checkpoint,
+                    )
+                if die_at is not None and done == die_at:
+                    print(
+                        f"  killed at step {done} (last checkpoint: step {done - done % every})",
+                        flush=True,
+                    )
+                    os.kill(os.getpid(), signal.SIGKILL)
+            waits = loader.stats.waits
         seconds = time.perf_counter() - start
+        mean = total / max(count, 1)
         print(
-            f"  epoch {epoch + 1}  loss {total / count:.5f}  {seconds:.1f} s: "
-            f"{rate(stats.total.bytes_read, count * batch_size, seconds)}, "
-            f"waited for data {loader.stats.waits} times",
+            f"  epoch {epoch + 1}  loss {mean:.6f}  {seconds:.1f} s: "
+            f"{rate(stats.total.bytes_read, steps * batch_size, seconds)}, "
+            f"waited for data {waits} times in {steps} steps",
             flush=True,
         )
-    return params
+        total, count = 0.0, 0
+    return params, mean
 
 
 def same_tree(a: Any, b: Any) -> bool:
@@ -208,12 +277,25 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--hidden", type=int, default=32)
     parser.add_argument("--workdir", help="keep generated files here (default: a temp dir)")
+    parser.add_argument(
+        "--mlp-only", action="store_true", help="train the MLP only (no L-BFGS, no accuracy)"
+    )
+    parser.add_argument(
+        "--checkpoint-every", type=int, default=100, help="MLP steps between checkpoints"
+    )
+    parser.add_argument(
+        "--resume", action="store_true", help="continue the MLP from its checkpoint in --workdir"
+    )
+    parser.add_argument("--die-at-step", type=int, help="kill this process after that MLP step")
+    parser.add_argument("--save-params", help="write the MLP's final parameters here")
     args = parser.parse_args()
 
     workdir = args.workdir or tempfile.mkdtemp(prefix="oocarr-train-")
     os.makedirs(workdir, exist_ok=True)
     path = args.data
-    if path is None:
+    if path is None and os.path.exists(os.path.join(workdir, "train.h5")):
+        path = os.path.join(workdir, "train.h5")  # made by an earlier run in this workdir
+    elif path is None:
         path = os.path.join(workdir, "train.h5")
         start = time.perf_counter()
         make_dataset(path, args.rows, args.features)
@@ -232,8 +314,25 @@ def main() -> None:
     seconds, nbytes = h5py_read_loop(path)
     print(f"plain h5py read loop over the training data: {rate(nbytes, x.shape[0], seconds)}")
 
+    checkpoint = os.path.join(workdir, "mlp-checkpoint.h5")
+    if args.mlp_only:
+        net, mean = fit_mlp(
+            x,
+            y,
+            args.epochs,
+            args.batch_size,
+            args.hidden,
+            checkpoint,
+            args.checkpoint_every,
+            args.resume,
+            args.die_at_step,
+        )
+        print(f"final epoch loss {mean!r}")
+        if args.save_params:
+            oocarr.save_params(net, args.save_params)
+        return
     logistic = fit_logistic(x, y, args.lbfgs_steps, args.l2)
-    net = fit_mlp(x, y, args.epochs, args.batch_size, args.hidden)
+    net, _ = fit_mlp(x, y, args.epochs, args.batch_size, args.hidden)
 
     linear_accuracy, mlp_accuracy = accuracy_of(linear), accuracy_of(mlp)
     for name, accuracy, params in (

@@ -71,6 +71,7 @@ from .store.registry import available_drivers, get_driver, register_driver
 from .store.scratch import scratch_dir, set_scratch_dir
 from .train.checkpoint import load_params, save_params
 from .train.full_batch import stream_sum
+from .train.grain_source import GrainSource
 from .train.minibatches import batches
 
 runtime.configure()
@@ -145,6 +146,7 @@ __all__ = [
     "where",
     # training
     "batches",
+    "GrainSource",
     "load_params",
     "optim",
     "save_params",

@@ -14,7 +14,7 @@ from typing import Any
 import jax
 import numpy as np
 
-__all__ = ["cells_of", "members", "name_of", "not_elementwise"]
+__all__ = ["cells_of", "masked_parts", "members", "name_of", "not_elementwise", "own_update"]
 
 
 def _optax() -> Any:
@@ -24,8 +24,8 @@ def _optax() -> Any:
 
 
 #: Shapes of the probe that tells elementwise transformations from the others: one leaf
-#: large enough that adafactor factors it (both sides >= its default 128), cut in two tiles,
-#: and a second leaf.
+#: large enough that adafactor factors it (both sides >= its default 128) even cut in four
+#: tiles, and a second leaf.
 _PROBE_LEAF, _PROBE_OTHER = (256, 256), (64,)
 
 
@@ -53,13 +53,14 @@ def _run_steps(tx: Any, params: Any, grads: list[Any]) -> list[Any]:
 
 
 def _elementwise(tx: Any) -> bool:
-    """Whether ``tx`` on parts of the parameters (each leaf alone, a leaf cut in two tiles)
+    """Whether ``tx`` on parts of the parameters (each leaf alone, a leaf cut in four tiles)
     gives what it gives on the whole tree, for two steps: what :func:`blockwise` needs."""
     params, grads = _probe_values()
-    half = _PROBE_LEAF[0] // 2
+    h = _PROBE_LEAF[0] // 2
 
     def parts(tree: dict) -> list[np.ndarray]:
-        return [tree["a"][:half], tree["a"][half:], tree["b"]]
+        a = tree["a"]
+        return [a[:h, :h], a[:h, h:], a[h:, :h], a[h:, h:], tree["b"]]
 
     try:
         with jax.ensure_compile_time_eval():
@@ -70,8 +71,9 @@ def _elementwise(tx: Any) -> bool:
     except Exception:  # a transformation that cannot run on a lone array: not ours to judge
         return True
     for step, w in enumerate(whole):
-        joined = np.concatenate([pieces[0][step], pieces[1][step]])
-        for got, want in ((joined, w["a"]), (pieces[2][step], w["b"])):
+        tiles = [np.asarray(p[step]) for p in pieces]
+        joined = np.block([[tiles[0], tiles[1]], [tiles[2], tiles[3]]])
+        for got, want in ((joined, w["a"]), (tiles[4], w["b"])):
             got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
             scale = max(float(np.max(np.abs(want), initial=0.0)), 1e-30)
             if not np.allclose(got, want, rtol=1e-4, atol=1e-5 * scale):
@@ -97,8 +99,8 @@ def cells_of(*fns: Any) -> dict[str, Any]:
 
 
 def members(tx: Any) -> list[Any]:
-    """The transformations of an ``optax.chain`` (its ``init_fns``/``update_fns``), the
-    inner one of ``optax.masked``, else ``[tx]``.
+    """The transformations of an ``optax.chain`` (its ``init_fns``/``update_fns``), else
+    ``[tx]``.
 
     Examples
     --------
@@ -108,9 +110,6 @@ def members(tx: Any) -> list[Any]:
     """
     optax = _optax()
     cells = cells_of(tx.init, tx.update)
-    inner = cells.get("inner")
-    if hasattr(inner, "init") and hasattr(inner, "update"):  # optax.masked and the like
-        return [inner]
     if "init_fns" in cells and "update_fns" in cells:
         return [
             optax.GradientTransformationExtraArgs(i, u)
@@ -119,9 +118,48 @@ def members(tx: Any) -> list[Any]:
     return [tx]
 
 
+def masked_parts(tx: Any) -> tuple[Any, Any] | None:
+    """``(inner, mask)`` of an ``optax.masked`` transformation, else ``None``.
+
+    Examples
+    --------
+    >>> import optax
+    >>> inner, mask = masked_parts(optax.masked(optax.sgd(1.0), True))
+    >>> name_of(inner), mask, masked_parts(optax.sgd(1.0))
+    ('chain', True, None)
+    """
+    cells = cells_of(tx.init, tx.update)
+    inner = cells.get("inner")
+    if "mask" in cells and hasattr(inner, "init") and hasattr(inner, "update"):
+        return inner, cells["mask"]
+    return None
+
+
+def own_update(tx: Any) -> Any:
+    """``tx``'s own update function, through ``with_extra_args_support``'s wrapper.
+
+    Examples
+    --------
+    >>> import optax
+    >>> own_update(optax.chain(optax.sgd(1.0))).__qualname__
+    'chain.<locals>.update_fn'
+    """
+    update = tx.update
+    for _ in range(8):
+        inner = cells_of(update).get("tx")
+        if _qualified(update) != "with_extra_args_support" or inner is None:
+            return update
+        update = inner.update
+    return update
+
+
+def _qualified(fn: Any) -> str:
+    return getattr(fn, "__qualname__", repr(fn)).split(".<locals>")[0]
+
+
 def name_of(tx: Any) -> str:
     """The optax function that made ``tx`` (``clip_by_global_norm``), from its ``update``'s
-    qualified name, through ``with_extra_args_support``'s wrapper.
+    qualified name.
 
     Examples
     --------
@@ -129,19 +167,12 @@ def name_of(tx: Any) -> str:
     >>> name_of(optax.clip_by_global_norm(1.0))
     'clip_by_global_norm'
     """
-    update = tx.update
-    for _ in range(8):
-        name = getattr(update, "__qualname__", repr(tx)).split(".<locals>")[0]
-        inner = cells_of(update).get("tx")
-        if name != "with_extra_args_support" or inner is None:
-            return name
-        update = inner.update
-    return name
+    return _qualified(own_update(tx))
 
 
 def not_elementwise(tx: Any) -> list[str]:
     """The names of the innermost transformations in ``tx`` that are not elementwise: run on
-    parts of a small tree (each leaf alone, a leaf cut in two), two of its steps do not give
+    parts of a small tree (each leaf alone, a leaf cut in four), two of its steps do not give
     what they give on the whole tree.
 
     Examples
@@ -152,7 +183,8 @@ def not_elementwise(tx: Any) -> list[str]:
     """
     if _elementwise(tx):
         return []
-    parts = members(tx)
+    masked = masked_parts(tx)
+    parts = [masked[0]] if masked is not None else members(tx)
     if len(parts) == 1 and parts[0] is tx:
         return [name_of(tx)]
     found = [name for m in parts for name in not_elementwise(m)]

@@ -69,7 +69,7 @@ from oocarr.store import pages
 from oocarr.store.blocked import BlockedArray
 from oocarr.store.locator import Locator
 from oocarr.store.scratch import scratch_locator
-from oocarr.train.global_clip import clipped, leading_clip
+from oocarr.train.global_steps import flatten, global_step, segmented
 from oocarr.train.optax_parts import not_elementwise
 
 __all__ = ["blockwise", "apply_updates", "BlockwiseState"]
@@ -476,9 +476,10 @@ def blockwise(tx: Any) -> Any:
     array([0.9, 0.9, 0.9], dtype=float32)
     """
     optax = _optax()
-    split = leading_clip(tx)
-    if split is not None:  # the global norm first, in a pass of its own; then the rest
-        return clipped(split[0], blockwise(split[1]))
+    parts = flatten(tx)
+    if any(global_step(part) is not None for part in parts):
+        # norms in passes of their own, the elementwise stretches between them tile by tile
+        return segmented(parts, blockwise)
     kernels: dict[tuple, _Kernel] = {}
     checked: list[bool] = []
 

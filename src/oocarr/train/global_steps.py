@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from oocarr import functions
 from oocarr.errors import InvalidArgumentError
 from oocarr.jaxlayer.disk_array import is_disk
 from oocarr.train.optax_parts import cells_of, masked_parts, members, name_of, own_update
@@ -60,10 +61,8 @@ def norm_of(u: Any) -> jax.Array:
     >>> float(norm_of(oocarr.from_numpy(np.full(4, 3.0)))), float(norm_of(np.full(4, 4.0)))
     (6.0, 8.0)
     """
-    import oocarr
-
     if is_disk(u):
-        return jnp.sqrt(jnp.asarray(oocarr.sum(oocarr.square(u)), jnp.float32))
+        return jnp.sqrt(jnp.asarray(functions.sum(functions.square(u)), jnp.float32))
     return jnp.sqrt(jnp.sum(jnp.square(jnp.asarray(u, jnp.float32))))
 
 

@@ -16,11 +16,13 @@ Applying a transformation per leaf and per tile is exact for *elementwise*
 transformations, whose output at an element depends only on the inputs at
 that element and on scalar state such as the step count: ``sgd`` (with or
 without momentum), ``adam``, ``adamw``, ``lion``, ``rmsprop``, ``adagrad``,
-``adabelief``, ``scale_by_schedule``, chains of these ...  Transformations
-that combine elements (``clip_by_global_norm``, ``scale_by_trust_ratio``,
-``lamb``, ``lars``, ``adafactor``'s factored moments, ...) are refused when
+``adabelief``, ``scale_by_schedule``, chains of these ...  A chain is cut at
+``clip_by_global_norm`` and ``scale_by_trust_ratio`` (``lamb``, ``lars``),
+whose norms :mod:`oocarr.train.global_steps` computes in streamed passes of
+their own.  Other transformations that combine elements (``adafactor``'s
+factored moments, ``clip_by_block_rms``, ``centralize`` ...) are refused when
 the state is made (a probe compares their result on parts of a tree with
-their result on the whole): tile by tile they would use per-tile norms.
+their result on the whole): tile by tile they would use per-tile statistics.
 """
 
 from __future__ import annotations
@@ -409,7 +411,7 @@ def _as_value(x: Any) -> Any:
 
 
 def blockwise(tx: Any) -> Any:
-    """Wrap an elementwise optax transformation so that it updates ``DiskArray`` parameters.
+    """Wrap an optax transformation so that it updates ``DiskArray`` parameters tile by tile.
 
     The result is an ``optax.GradientTransformation`` used like any other:
     ``state = tx.init(params)``, ``updates, state = tx.update(grads, state,
@@ -449,19 +451,21 @@ def blockwise(tx: Any) -> Any:
         When optax is not installed (``pip install optax``).
     UnsupportedTransformationError
         From ``init``, when ``tx`` (or a transformation in it) combines
-        elements of a leaf or across leaves, naming it.
+        elements of a leaf or across leaves in a way not listed in the notes,
+        naming it.
 
     Notes
     -----
     Per-leaf, per-tile application is exact for elementwise transformations
     (``sgd``, ``sgd(momentum=...)``, ``adam``, ``adamw``, ``rmsprop``,
-    ``adagrad``, ``lion``, ``adabelief`` ...).  Transformations that combine
-    elements of a leaf or across leaves (``clip_by_global_norm``,
-    ``scale_by_trust_ratio``, ``lamb``, ``lars``, factored ``adafactor``)
+    ``adagrad``, ``lion``, ``adabelief`` ...).  ``clip_by_global_norm`` and
+    ``scale_by_trust_ratio`` (so ``lamb`` and ``lars``), anywhere in a chain,
+    are exact too: their norms are streamed passes of their own
+    (:mod:`oocarr.train.global_steps`).  Other transformations that combine
+    elements (factored ``adafactor``, ``clip_by_block_rms``, ``centralize``)
     would compute their statistics per tile, so ``init`` refuses them: it
     runs two steps of ``tx`` on a small tree whole and in parts, once, and
-    compares.  Apply a global-norm clip yourself (``oocarr.sum(oocarr.square(g))``
-    per leaf) if you need one.  Optimizer steps cannot be differentiated.
+    compares.  Optimizer steps cannot be differentiated.
 
     Examples
     --------

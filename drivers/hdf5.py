@@ -99,7 +99,7 @@ from oocarr_drivers.hdf5_remote import (
     is_transport_error,
     read_contiguous,
 )
-from oocarr_drivers.hdf5_views import view_start
+from oocarr_drivers.hdf5_views import view_start, viewable
 from oocarr_drivers.mapped_views import map_view
 
 __all__ = ["HDF5Array"]
@@ -551,6 +551,8 @@ class HDF5Array(BlockedArray):
         # The storage failure that makes the open file unsafe to touch again (HDF5 crashes).
         self._failed: Exception | None = None
         self._chunk_decoder: ChunkDecoder | None | object = _UNKNOWN
+        # Whether the dataset's bytes are its values (views), known from the first view asked
+        self._viewable: bool | None = None
 
     # -- locating ------------------------------------------------------
     @classmethod
@@ -863,12 +865,16 @@ class HDF5Array(BlockedArray):
         """A mapping of the file's bytes of ``region`` where they are one aligned run
         (:mod:`.hdf5_views`); only while every handle on the file in this process is
         read-only, so that HDF5 holds no newer data in its caches."""
+        if self._filtered or self._viewable is False:
+            return None
         with LOCK:
             dset = self._dataset()
             entry = self._handle.entry
-            if entry.writable or entry.remote is not None or self._filtered:
+            if entry.writable or entry.remote is not None:
                 return None
-            start = view_start(dset, self._dtype, region)
+            if self._viewable is None:
+                self._viewable = viewable(dset, self._dtype)
+            start = view_start(dset, region, self.itemsize) if self._viewable else None
             if start is None:
                 return None
             fd = os.dup(entry.file.id.get_vfd_handle())

@@ -23,7 +23,9 @@ import math
 import h5py
 import numpy as np
 
-__all__ = ["ALIGNED", "ALIGN_FROM", "DATA_ALIGNMENT", "view_start"]
+from oocarr_drivers.mapped_views import VIEW_ALIGNMENT
+
+__all__ = ["ALIGNED", "ALIGN_FROM", "DATA_ALIGNMENT", "view_start", "viewable"]
 
 #: Alignment oocarr asks HDF5 for when it writes a file: the page size, so that a chunk can be
 #: mapped on its own.
@@ -35,37 +37,55 @@ ALIGN_FROM = 64 * 1024
 ALIGNED = {"alignment_threshold": ALIGN_FROM, "alignment_interval": DATA_ALIGNMENT}
 
 
-def view_start(dset: h5py.Dataset, dtype: np.dtype, region: tuple[slice, ...]) -> int | None:
-    """The byte offset in the file of ``region`` of ``dset`` when it is one contiguous run
-    there, stored as ``dtype`` without filters, else ``None`` (call with h5py's lock held;
-    the caller checks the alignment).
+def viewable(dset: h5py.Dataset, dtype: np.dtype) -> bool:
+    """Whether ``dset``'s bytes are its values as ``dtype``, in a local file HDF5 reads with
+    its default (``sec2``) driver: unfiltered, not converted (call with h5py's lock held).
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "d.h5")
+    >>> with h5py.File(path, "w") as f:
+    ...     _ = f.create_dataset("x", data=np.zeros((8, 4), "f4"), chunks=(2, 4))
+    ...     _ = f.create_dataset("z", data=np.zeros((8, 4), "f4"), chunks=(2, 4), compression=1)
+    >>> with h5py.File(path, "r") as f:
+    ...     viewable(f["x"], np.dtype("f4")), viewable(f["z"], np.dtype("f4"))
+    (True, False)
+    """
+    if not dset.shape or dset.file.driver != "sec2":
+        return False
+    return not dset.id.get_create_plist().get_nfilters() and dset.id.get_type().dtype == dtype
+
+
+def view_start(dset: h5py.Dataset, region: tuple[slice, ...], itemsize: int) -> int | None:
+    """The byte offset in the file of ``region`` of a :func:`viewable` ``dset`` when it is one
+    contiguous, :data:`~oocarr_drivers.mapped_views.VIEW_ALIGNMENT`-aligned run there, else
+    ``None`` (call with h5py's lock held).  An unaligned start is known from the first chunk,
+    before any other is looked up.
 
     Examples
     --------
     >>> import tempfile, os
     >>> path = os.path.join(tempfile.mkdtemp(), "d.h5")
     >>> with h5py.File(path, "w", alignment_threshold=1, alignment_interval=4096) as f:
-    ...     d = f.create_dataset("x", (8, 4), "f4", chunks=(2, 4))
-    ...     d[...] = np.arange(32).reshape(8, 4)
+    ...     d = f.create_dataset("x", (8, 16), "f4", chunks=(2, 16))
+    ...     d[...] = np.arange(128).reshape(8, 16)
     >>> with h5py.File(path, "r") as f:
-    ...     start = view_start(f["x"], np.dtype("f4"), (slice(3, 4), slice(0, 4)))
-    ...     cut = view_start(f["x"], np.dtype("f4"), (slice(3, 4), slice(0, 2)))
-    ...     apart = view_start(f["x"], np.dtype("f4"), (slice(1, 3), slice(0, 4)))
+    ...     start = view_start(f["x"], (slice(3, 4), slice(0, 16)), 4)
+    ...     cut = view_start(f["x"], (slice(3, 4), slice(0, 8)), 4)
+    ...     apart = view_start(f["x"], (slice(1, 3), slice(0, 16)), 4)
     >>> start % 4096, cut, apart  # row 1 of chunk 1; columns cut; chunks 4096 bytes apart
-    (16, None, None)
+    (64, None, None)
     """
-    if not dset.shape or dset.file.driver != "sec2":
-        return None
-    if dset.id.get_create_plist().get_nfilters() or dset.id.get_type().dtype != dtype:
-        return None
-    shape, itemsize = dset.shape, dtype.itemsize
+    shape = dset.shape
     first, rest = region[0], region[1:]
     if dset.chunks is None:
         offset = dset.id.get_offset()
         if offset is None or not _one_run(shape, region):
             return None
         flat = sum(r.start * math.prod(shape[i + 1 :]) for i, r in enumerate(region))
-        return offset + flat * itemsize
+        start = offset + flat * itemsize
+        return None if start % VIEW_ALIGNMENT else start
     chunks = dset.chunks
     if chunks[1:] != shape[1:] or any(r.start or r.stop != n for r, n in zip(rest, shape[1:])):
         return None
@@ -78,6 +98,8 @@ def view_start(dset: h5py.Dataset, dtype: np.dtype, region: tuple[slice, ...]) -
             return None
         if start is None:
             start = offset + (first.start - row) * row_bytes
+            if start % VIEW_ALIGNMENT:
+                return None
         previous = offset
     return start
 

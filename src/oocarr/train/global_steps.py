@@ -26,7 +26,14 @@ import jax.numpy as jnp
 from oocarr import functions
 from oocarr.errors import InvalidArgumentError
 from oocarr.jaxlayer.disk_array import is_disk
-from oocarr.train.optax_parts import cells_of, masked_parts, members, name_of, own_update
+from oocarr.train.optax_parts import (
+    cells_of,
+    masked_parts,
+    members,
+    name_of,
+    own_update,
+    require_optax,
+)
 
 __all__ = ["SegmentsState", "flatten", "global_step", "norm_of", "segmented"]
 
@@ -71,7 +78,7 @@ def _scaled(u: Any, factor: jax.Array) -> Any:
 
 
 def _global_clip(max_norm: float) -> Any:
-    import optax
+    optax = require_optax()
 
     def update_fn(updates: Any, state: Any, params: Any = None) -> tuple:
         leaves = jax.tree.leaves(updates)
@@ -91,7 +98,7 @@ def _global_clip(max_norm: float) -> Any:
 
 def _trust_ratio(min_norm: Any, trust_coefficient: Any, eps: Any, mask: Any) -> Any:
     """optax's ``scale_by_trust_ratio`` (under ``masked(mask)`` unless ``mask is True``)."""
-    import optax
+    optax = require_optax()
 
     def scale(update: Any, param: Any) -> Any:
         param_norm = jnp.where((n := norm_of(param)) <= min_norm, min_norm, n)
@@ -145,7 +152,7 @@ def global_step(tx: Any) -> Any | None:
 def segmented(parts: list[Any], elementwise: Callable[[Any], Any]) -> Any:
     """A chain of ``parts`` (each a transformation), the stretches between the norm-taking
     ones made with ``elementwise`` (:func:`oocarr.optim.blockwise`'s tile-by-tile form)."""
-    import optax
+    optax = require_optax()
 
     steps, run = [], []
     for part in parts:

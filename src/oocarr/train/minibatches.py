@@ -266,15 +266,18 @@ def _plan(
         target = min(DEFAULT_PAGE_BYTES // row_bytes, free_rows - batch_rows + 1)
         block = min(max(unit, target // unit * unit), whole)
         buffer_rows = min(block + batch_rows - 1, rows + block)
-    overhead = sum(
-        s.store.read_overhead((block, *s.row_shape)) for s in sources if s.store is not None
-    )
+    overhead = _read_overhead(sources, block)
     projection = _projection(
         "batches", prefetch, batch_rows * row_bytes, buffer_rows, unit, row_bytes, overhead, replay
     )
     held = prefetch + EXTRA_BATCHES
     piece = max(1, min(unit, held * batch_rows))
     return _Plan(block, buffer_rows, projection.nbytes, held, projection, unit, piece)
+
+
+def _read_overhead(sources: list[_Source], block: int) -> int:
+    """Bytes the drivers hold besides the buffers while reading a block of ``block`` rows."""
+    return sum(s.store.read_overhead((block, *s.row_shape)) for s in sources if s.store)
 
 
 def _projection(
@@ -878,9 +881,7 @@ class Batches:
         block, buffer_rows = self._fixed
         row_bytes = max(1, sum(s.row_bytes for s in self._sources))
         batch_bytes = min(self.batch_size, max(self._hi - self._lo, 1)) * row_bytes
-        overhead = sum(
-            s.store.read_overhead((block, *s.row_shape)) for s in self._sources if s.store
-        )
+        overhead = _read_overhead(self._sources, block)
         projection = _projection(
             f"batches resumed from a saved state, whose shuffle depends on its blocks of "
             f"{block} rows and shuffle buffer of {buffer_rows} rows",

@@ -14,12 +14,33 @@ from typing import Any
 import jax
 import numpy as np
 
-__all__ = ["cells_of", "masked_parts", "members", "name_of", "not_elementwise", "own_update"]
+from oocarr.errors import MissingDependencyError
+
+__all__ = [
+    "cells_of",
+    "masked_parts",
+    "members",
+    "name_of",
+    "not_elementwise",
+    "own_update",
+    "require_optax",
+]
 
 
-def _optax() -> Any:
-    import optax
+def require_optax() -> Any:
+    """The ``optax`` module, or ``MissingDependencyError`` with the command that installs it.
 
+    Examples
+    --------
+    >>> require_optax().__name__
+    'optax'
+    """
+    try:
+        import optax
+    except ImportError as err:
+        raise MissingDependencyError(
+            "oocarr.optim needs optax, which is not installed: pip install optax"
+        ) from err
     return optax
 
 
@@ -108,7 +129,7 @@ def members(tx: Any) -> list[Any]:
     >>> [name_of(m) for m in members(optax.adamw(0.1))]
     ['scale_by_adam', 'add_decayed_weights', 'scale']
     """
-    optax = _optax()
+    optax = require_optax()
     cells = cells_of(tx.init, tx.update)
     if "init_fns" in cells and "update_fns" in cells:
         return [

@@ -52,7 +52,6 @@ from oocarr.engine.plan import (
 from oocarr.engine.stats import IOCounts, call_site, record
 from oocarr.errors import (
     InvalidArgumentError,
-    MissingDependencyError,
     ShapeMismatchError,
     UnsupportedTransformationError,
 )
@@ -72,19 +71,9 @@ from oocarr.store.blocked import BlockedArray
 from oocarr.store.locator import Locator
 from oocarr.store.scratch import scratch_locator
 from oocarr.train.global_steps import flatten, global_step, segmented
-from oocarr.train.optax_parts import not_elementwise
+from oocarr.train.optax_parts import not_elementwise, require_optax
 
 __all__ = ["blockwise", "apply_updates", "BlockwiseState"]
-
-
-def _optax() -> Any:
-    try:
-        import optax
-    except ImportError as err:
-        raise MissingDependencyError(
-            "oocarr.optim needs optax, which is not installed: pip install optax"
-        ) from err
-    return optax
 
 
 class BlockwiseState(NamedTuple):
@@ -479,7 +468,7 @@ def blockwise(tx: Any) -> Any:
     >>> np.round(np.asarray(params["w"])[0], 4)  # adam's first step moves by the learning rate
     array([0.9, 0.9, 0.9], dtype=float32)
     """
-    optax = _optax()
+    optax = require_optax()
     parts = flatten(tx)
     if any(global_step(part) is not None for part in parts):
         # norms in passes of their own, the elementwise stretches between them tile by tile

@@ -340,3 +340,47 @@ def test_a_resumed_shuffled_epoch_stays_within_the_budget(big):
     growth = report["growth"]
     print(f"resumed epoch: peak RSS {growth / 1e6:.1f} MB above baseline")
     assert growth <= 1.25 * BUDGET, f"peaked {growth / 1e6:.1f} MB above its baseline"
+
+
+PLACED_SCRIPT = textwrap.dedent(
+    """
+    import os
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+    import json, sys
+    import jax
+    import numpy as np
+    import oocarr
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    x_url, y_url, budget = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    x, y = oocarr.open(x_url), oocarr.open(y_url)
+    sharding = NamedSharding(Mesh(np.array(jax.devices()), ("data",)), PartitionSpec("data"))
+    for _ in oocarr.batches(np.ones((64, 4), "f4"), np.arange(64), batch_size=8,
+                            sharding=sharding):
+        pass
+    baseline = peak_rss()
+    totals, rows = [], 0
+    with oocarr.memory_budget(budget):
+        for shuffle in (False, True):
+            for index in (0, 1):
+                loader = oocarr.batches(x, y, batch_size=512, shuffle=shuffle, seed=0,
+                                        shard=(index, 2), sharding=sharding, prefetch=4)
+                for xb, yb in loader:
+                    assert xb.sharding == sharding and len(xb.addressable_shards) == 2
+                    totals.append(int(np.asarray(yb).sum()))
+                    rows += len(yb)
+    print(json.dumps({"growth": peak_rss() - baseline, "total": sum(totals), "rows": rows}))
+    """
+)
+
+
+@pytest.mark.memory
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_sharded_epochs_split_over_two_devices_stay_within_the_budget(big):
+    report = run_script(PLACED_SCRIPT, *big, str(BUDGET))
+    # both shards, in order and shuffled: every row twice in all
+    assert report["rows"] == 2 * BIG_ROWS
+    assert report["total"] == 2 * (BIG_ROWS * (BIG_ROWS - 1) // 2)
+    growth = report["growth"]
+    print(f"sharded epochs on two devices: peak RSS {growth / 1e6:.1f} MB above baseline")
+    assert growth <= 1.25 * BUDGET, f"peaked {growth / 1e6:.1f} MB above its baseline"

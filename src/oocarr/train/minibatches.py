@@ -47,6 +47,7 @@ from oocarr.engine.plan import (
 from oocarr.engine.stats import IOCounts, call_site, record
 from oocarr.errors import InvalidArgumentError, ShapeMismatchError
 from oocarr.jaxlayer.disk_array import DiskArray
+from oocarr.jaxlayer.host_put import HostPut
 from oocarr.store.blocked import BlockedArray
 from oocarr.store.buffers import BufferPool
 from oocarr.store.pages import DEFAULT_CHUNK_BYTES, DEFAULT_PAGE_BYTES
@@ -550,12 +551,12 @@ class _Reader:
         batches_of: Generator[tuple[np.ndarray, ...]],
         stop: threading.Event,
         prefetch: int,
-        target: Any = None,
+        put: HostPut,
     ) -> None:
         self.queue: queue.Queue = queue.Queue(maxsize=prefetch)
         self.stop = stop
         self._batches = batches_of
-        self._target = target
+        self._put_on_device = put
 
     def _put(self, item: Any) -> bool:
         while not self.stop.is_set():
@@ -569,7 +570,7 @@ class _Reader:
     def run(self) -> None:
         try:
             for batch in self._batches:
-                item = tuple(jax.device_put(batch, self._target))
+                item = self._put_on_device(batch)
                 del batch
                 if not self._put(item):
                     return
@@ -616,7 +617,8 @@ class Epoch:
         self._position = dict(position or {"epoch": 0, "batch": 0})
         self._per_epoch = per_epoch
         self._on_close = on_close
-        self._target = target  # where jax.device_put places each batch (a device, a sharding)
+        # places each batch where jax.device_put(batch, target) would (a device, a sharding)
+        self._put = HostPut(target)
         self._stop = stop
         self._counts = counts
         self._site = site
@@ -671,7 +673,7 @@ class Epoch:
             return _END
         except BaseException as err:
             return _Failure(err)
-        return tuple(jax.device_put(batch, self._target))
+        return self._put(batch)
 
     def _next_queued(self) -> Any:
         if self._thread is None:
@@ -694,7 +696,7 @@ class Epoch:
         return item
 
     def _start(self) -> None:
-        self._reader = _Reader(self._batches, self._stop, self._prefetch, self._target)
+        self._reader = _Reader(self._batches, self._stop, self._prefetch, self._put)
         self._thread = threading.Thread(target=self._reader.run, name="oocarr-batches", daemon=True)
         self._thread.start()
         self._finalizer = weakref.finalize(self, _stop_reader, self._reader, self._thread)

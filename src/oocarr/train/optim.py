@@ -484,11 +484,10 @@ def blockwise(tx: Any) -> Any:
         if names:
             raise UnsupportedTransformationError(
                 f"oocarr.optim.blockwise cannot apply {', '.join(names)}: it combines elements "
-                f"of a parameter or across parameters (a global norm, a per-parameter trust "
-                f"ratio, factored moments), so tile by tile it would not give optax's result. "
-                f"Use an elementwise transformation (sgd, adam, adamw, lion, rmsprop, "
-                f"adagrad ...), or clip by the global norm yourself from "
-                f"oocarr.sum(oocarr.square(g)) of each gradient"
+                f"of a parameter (factored moments, block statistics, a mean), so tile by "
+                f"tile it would not give optax's result. Use elementwise transformations "
+                f"(sgd, adam, adamw, lion, rmsprop, adagrad ...); clip_by_global_norm and "
+                f"scale_by_trust_ratio (lamb, lars) are supported anywhere in a chain"
             )
         checked.append(True)
 

@@ -4,11 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from jax._src import core as jax_core
 
+from oocarr.errors import InvalidArgumentError
 from oocarr.jaxlayer.disk_array import DiskArray, DiskArrayType, is_disk
 from oocarr.jaxlayer.make_op import make_op, materialize, update
-from oocarr.ops.elementwise import BINARY, COMPARISON, UNARY, Where
+from oocarr.ops.elementwise import (
+    BINARY,
+    BITWISE,
+    COMPARISON,
+    MATH,
+    MATH_BINARY,
+    PREDICATES,
+    UNARY,
+    Where,
+)
 from oocarr.ops.matmul import Matmul
 from oocarr.ops.reductions import LogSumExp, Max, Mean, Min, Sum
 from oocarr.ops.slicing import Slice
@@ -20,10 +31,17 @@ __all__ = [
     *UNARY,
     *BINARY,
     *COMPARISON,
+    *MATH,
+    *MATH_BINARY,
+    *PREDICATES,
+    *BITWISE,
+    "pow",
     "sum",
     "mean",
     "max",
     "min",
+    "any",
+    "all",
     "logsumexp",
     "softmax",
     "where",
@@ -59,11 +77,15 @@ def _elementwise_doc(name: str, arity: int) -> str:
     """
 
 
+#: Elementwise functions of one argument; the rest take two.
+_ONE_ARGUMENT = {*UNARY, *MATH, *PREDICATES, "bitwise_invert"}
+
 _globals = globals()
-for _name, _cls in UNARY.items():
-    _globals[_name] = make_op(_cls, doc=_elementwise_doc(_name, 1))
-for _name, _cls in {**BINARY, **COMPARISON}.items():
-    _globals[_name] = make_op(_cls, doc=_elementwise_doc(_name, 2))
+for _name, _cls in {**UNARY, **BINARY, **COMPARISON, **MATH, **MATH_BINARY}.items():
+    _globals[_name] = make_op(_cls, doc=_elementwise_doc(_name, 1 if _name in _ONE_ARGUMENT else 2))
+for _name, _cls in {**PREDICATES, **BITWISE}.items():
+    _globals[_name] = make_op(_cls, doc=_elementwise_doc(_name, 1 if _name in _ONE_ARGUMENT else 2))
+pow = _globals["power"]  # noqa: A001 (the Array API's name for ``power``)
 
 _sum = make_op(Sum)
 _mean = make_op(Mean)
@@ -133,6 +155,32 @@ def logsumexp(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool 
     1.3863
     """
     return _logsumexp(x, axis=axis, keepdims=keepdims)
+
+
+def any(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Any:  # noqa: A001
+    """Whether any element over ``axis`` (all axes by default) is true (non-zero), streamed.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarr
+    >>> x = oocarr.from_numpy(np.array([[0, 0, 3], [0, 0, 0]]))
+    >>> bool(oocarr.any(x)), np.asarray(oocarr.any(x, axis=1)).tolist()
+    (True, [True, False])
+    """
+    return _max(_globals["not_equal"](x, 0), axis=axis, keepdims=keepdims)
+
+
+def all(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Any:  # noqa: A001
+    """Whether every element over ``axis`` (all axes by default) is true (non-zero), streamed.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarr
+    >>> x = oocarr.from_numpy(np.array([[1, 2, 3], [0, 5, 6]]))
+    >>> bool(oocarr.all(x)), np.asarray(oocarr.all(x, axis=1)).tolist()
+    (False, [True, False])
+    """
+    return _min(_globals["not_equal"](x, 0), axis=axis, keepdims=keepdims)
 
 
 _softmax = make_op(Softmax)
@@ -213,6 +261,21 @@ def _swap(fn):
     return lambda x, y: fn(y, x)
 
 
+def _divmod(x: Any, y: Any) -> tuple[Any, Any]:
+    """``divmod(x, y)``: ``(x // y, x % y)``, elementwise."""
+    return _globals["floor_divide"](x, y), _globals["remainder"](x, y)
+
+
+def _truth(self: DiskArray) -> bool:
+    """``bool(x)`` of a one-element array (read from storage); ambiguous for any other."""
+    if self.size != 1:
+        raise InvalidArgumentError(
+            f"the truth value of {self!r} with {self.size} elements is ambiguous: use "
+            f"oocarr.any(...) or oocarr.all(...), or read it with oocarr.to_numpy first"
+        )
+    return bool(np.asarray(self).reshape(()))
+
+
 _OPERATORS = {
     "add": _globals["add"],
     "radd": _swap(_globals["add"]),
@@ -230,7 +293,31 @@ _OPERATORS = {
     "ge": _globals["greater_equal"],
     "lt": _globals["less"],
     "le": _globals["less_equal"],
+    "eq": _globals["equal"],
+    "ne": _globals["not_equal"],
+    "rpow": _swap(_globals["power"]),
+    "floordiv": _globals["floor_divide"],
+    "rfloordiv": _swap(_globals["floor_divide"]),
+    "mod": _globals["remainder"],
+    "rmod": _swap(_globals["remainder"]),
+    "divmod": _divmod,
+    "rdivmod": _swap(_divmod),
+    "and": _globals["bitwise_and"],
+    "rand": _swap(_globals["bitwise_and"]),
+    "or": _globals["bitwise_or"],
+    "ror": _swap(_globals["bitwise_or"]),
+    "xor": _globals["bitwise_xor"],
+    "rxor": _swap(_globals["bitwise_xor"]),
+    "lshift": _globals["bitwise_left_shift"],
+    "rlshift": _swap(_globals["bitwise_left_shift"]),
+    "rshift": _globals["bitwise_right_shift"],
+    "rrshift": _swap(_globals["bitwise_right_shift"]),
+    "abs": _globals["abs"],
+    "pos": _globals["positive"],
+    "invert": _globals["bitwise_invert"],
 }
+#: The operators of one operand (the rest take two).
+_UNARY_OPERATORS = {"neg", "abs", "pos", "invert"}
 
 
 _slice = make_op(Slice)
@@ -257,8 +344,10 @@ def _deferring_to_disk(original: Any, ours: Any) -> Any:
 
 
 def install_operators() -> None:
-    """Give ``DiskArray`` (and its traced type) its operators and methods: ``+``, ``@``,
-    ``<`` ..., ``.sum()``, ``.mean()``, ``.T``, ``.update_()`` and ``x[key]`` under ``jit``.
+    """Give ``DiskArray`` (and its traced type) its operators and methods: every arithmetic,
+    comparison (elementwise ``==`` and ``!=`` included) and bitwise operator with its
+    reflected form, ``abs``, ``divmod``, ``.sum()``, ``.mean()``, ``.max()``, ``.min()``,
+    ``.any()``, ``.all()``, ``.T``, ``.update_()`` and ``x[key]`` under ``jit``.
 
     :mod:`oocarr` calls this once when it is imported; calling it again changes nothing.
 
@@ -272,12 +361,26 @@ def install_operators() -> None:
     for name, fn in _OPERATORS.items():
         setattr(DiskArray, f"__{name}__", lambda self, *a, _fn=fn: _fn(self, *a))
         setattr(DiskArrayType, f"_{name}", staticmethod(fn))
-    methods = {"sum": sum, "mean": mean, "transpose": transpose, "update_": update}
+    methods = {
+        "sum": sum,
+        "mean": mean,
+        "max": max,
+        "min": min,
+        "any": any,
+        "all": all,
+        "transpose": transpose,
+        "update_": update,
+    }
     for name, fn in methods.items():
         setattr(DiskArray, name, fn)
         setattr(DiskArrayType, name, jax_core.aval_method(fn))
     DiskArrayType._getitem = staticmethod(_traced_getitem)
+    DiskArray.__bool__ = _truth
+    # defining __eq__ would otherwise leave the handle unhashable; handles are identities
+    DiskArray.__hash__ = object.__hash__
     for name, fn in _OPERATORS.items():
+        if name in _UNARY_OPERATORS:
+            continue
         original = getattr(jax_core.ShapedArray, f"_{name}", None)
         if original is not None and not hasattr(original, "__wrapped__"):
             setattr(

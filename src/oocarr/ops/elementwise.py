@@ -10,7 +10,19 @@ import numpy as np
 
 from oocarr.engine.op import BlockParallelOp, Plan, Region, broadcast_region
 
-__all__ = ["broadcast_region", "Elementwise", "UNARY", "BINARY", "COMPARISON", "Where", "Identity"]
+__all__ = [
+    "broadcast_region",
+    "Elementwise",
+    "UNARY",
+    "BINARY",
+    "COMPARISON",
+    "MATH",
+    "MATH_BINARY",
+    "PREDICATES",
+    "BITWISE",
+    "Where",
+    "Identity",
+]
 
 
 class Elementwise(BlockParallelOp):
@@ -78,11 +90,79 @@ COMPARISON = {
     for name in ("greater", "greater_equal", "less", "less_equal", "equal", "not_equal")
 }
 
+#: The Array API standard's other elementwise functions on real numbers, differentiable
+#: where the math is (``floor``, ``sign`` ... have zero gradients, as in JAX).
+MATH = {
+    name: _op(name, getattr(jnp, name))
+    for name in (
+        "sin",
+        "cos",
+        "tan",
+        "asin",
+        "acos",
+        "atan",
+        "sinh",
+        "cosh",
+        "asinh",
+        "acosh",
+        "atanh",
+        "expm1",
+        "log2",
+        "log10",
+        "floor",
+        "ceil",
+        "round",
+        "trunc",
+        "sign",
+        "positive",
+        "reciprocal",
+    )
+}
+
+MATH_BINARY = {
+    name: _op(name, getattr(jnp, name))
+    for name in (
+        "floor_divide",
+        "remainder",
+        "atan2",
+        "hypot",
+        "copysign",
+        "nextafter",
+        "logaddexp",
+    )
+}
+
+#: Functions with boolean results: no gradient flows through them.
+PREDICATES = {
+    name: _op(name, getattr(jnp, name))
+    for name in ("isnan", "isinf", "isfinite", "signbit", "logical_not")
+}
+
+#: Logical functions of booleans and bitwise functions of integers (and booleans).
+BITWISE = {
+    name: _op(name, getattr(jnp, name))
+    for name in (
+        "logical_and",
+        "logical_or",
+        "logical_xor",
+        "bitwise_and",
+        "bitwise_or",
+        "bitwise_xor",
+        "bitwise_left_shift",
+        "bitwise_right_shift",
+        "bitwise_invert",
+    )
+}
+
 Where = _op("where", jnp.where)
 Identity = _op("identity", lambda x: x)
 Add = BINARY["add"]
 # Each op class is a module attribute under its own name, so ops (and the engine's tile
 # tasks holding them) pickle by reference.
 globals().update(
-    {cls.__name__: cls for cls in (*UNARY.values(), *BINARY.values(), *COMPARISON.values())}
+    {
+        cls.__name__: cls
+        for group in (UNARY, BINARY, COMPARISON, MATH, MATH_BINARY, PREDICATES, BITWISE)
+        for cls in group.values()
+    }
 )

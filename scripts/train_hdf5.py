@@ -86,14 +86,14 @@ def h5py_read_loop(path: str) -> tuple[float, int]:
 
 def loader_rows_per_second(
     x: oocarr.DiskArray, y: oocarr.DiskArray, batch_size: int, shuffle: bool
-) -> tuple[float, int, int]:
+) -> float:
     """Rows per second of one epoch of ``oocarr.batches`` with nothing done per batch (the
-    loader's own speed, batches delivered as jax.Arrays), the batches and the waits."""
+    loader's own speed, batches delivered as jax.Arrays)."""
     loader = oocarr.batches(x, y, batch_size=batch_size, shuffle=shuffle, seed=0, drop_last=True)
     start, rows = time.perf_counter(), 0
     for xb, _ in loader:
         rows += xb.shape[0]
-    return rows / (time.perf_counter() - start), len(loader), loader.stats.waits
+    return rows / (time.perf_counter() - start)
 
 
 # ----------------------------------------------------------------------------
@@ -330,7 +330,7 @@ def main() -> None:
     print(f"plain h5py read loop over the training data: {rate(nbytes, x.shape[0], seconds)}")
     for shuffle in () if args.mlp_only else (False, True):
         loader_rows_per_second(x, y, args.batch_size, shuffle)  # both passes warm
-        speed, _, _ = loader_rows_per_second(x, y, args.batch_size, shuffle)
+        speed = loader_rows_per_second(x, y, args.batch_size, shuffle)
         print(
             f"oocarr.batches alone, {'shuffled' if shuffle else 'in order'}, batches of "
             f"{args.batch_size}: {speed:,.0f} rows/s ({speed / loop:.2f}x the h5py loop)"

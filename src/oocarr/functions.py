@@ -55,6 +55,11 @@ __all__ = [
 
 def _elementwise_doc(name: str, arity: int) -> str:
     args = "x" if arity == 1 else "x1, x2"
+    example = '[1.0, 4.0], "f4"'
+    if name.startswith("bitwise"):
+        example = '[1, 4], "i4"'
+    elif name.startswith("logical"):
+        example = "[True, False]"
     return f"""Elementwise ``{name}`` of stored or in-memory arrays, streamed tile by tile.
 
     Follows ``jax.numpy.{name}`` (NumPy broadcasting); differentiable.
@@ -71,7 +76,7 @@ def _elementwise_doc(name: str, arity: int) -> str:
     Examples
     --------
     >>> import numpy as np, oocarr
-    >>> x = oocarr.from_numpy(np.array([1.0, 4.0], "f4"))
+    >>> x = oocarr.from_numpy(np.array({example}))
     >>> np.asarray(oocarr.{name}({", ".join(["x"] * arity)})).shape
     (2,)
     """
@@ -81,10 +86,10 @@ def _elementwise_doc(name: str, arity: int) -> str:
 _ONE_ARGUMENT = {*UNARY, *MATH, *PREDICATES, "bitwise_invert"}
 
 _globals = globals()
-for _name, _cls in {**UNARY, **BINARY, **COMPARISON, **MATH, **MATH_BINARY}.items():
-    _globals[_name] = make_op(_cls, doc=_elementwise_doc(_name, 1 if _name in _ONE_ARGUMENT else 2))
-for _name, _cls in {**PREDICATES, **BITWISE}.items():
-    _globals[_name] = make_op(_cls, doc=_elementwise_doc(_name, 1 if _name in _ONE_ARGUMENT else 2))
+for _group in (UNARY, BINARY, COMPARISON, MATH, MATH_BINARY, PREDICATES, BITWISE):
+    for _name, _cls in _group.items():
+        _arity = 1 if _name in _ONE_ARGUMENT else 2
+        _globals[_name] = make_op(_cls, doc=_elementwise_doc(_name, _arity))
 pow = _globals["power"]  # noqa: A001 (the Array API's name for ``power``)
 
 _sum = make_op(Sum)
@@ -151,7 +156,7 @@ def logsumexp(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool 
     Examples
     --------
     >>> import numpy as np, oocarr
-    >>> round(float(oocarr.logsumexp(oocarr.from_numpy(np.zeros(4, "f4")))), 4)
+    >>> print(f"{float(oocarr.logsumexp(oocarr.from_numpy(np.zeros(4, 'f4')))):.4f}")
     1.3863
     """
     return _logsumexp(x, axis=axis, keepdims=keepdims)

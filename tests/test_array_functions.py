@@ -14,6 +14,7 @@ import pytest
 import oocarr
 from oocarr import errors
 from oocarr.ops.elementwise import BITWISE, MATH, MATH_BINARY, PREDICATES
+from stored_arrays import skip_slow, stored
 
 BUDGET = 4 * 4 * 24
 
@@ -35,15 +36,6 @@ NO_GRADIENT = {"floor", "ceil", "round", "trunc", "sign", "nextafter"}
 def values(shape, name="", seed=0):
     lo, hi = DOMAIN.get(name, (-3.0, 3.0))
     return np.random.default_rng(seed).uniform(lo, hi, shape).astype(np.float32)
-
-
-def stored(backend, array):
-    return oocarr.DiskArray(backend.store(array, chunks=tuple(max(1, n // 2) for n in array.shape)))
-
-
-def skip_slow(backend):
-    if backend.id.startswith("fsspec-s3"):
-        pytest.skip("the fsspec driver is covered on memory:// and local disk; S3 is slow here")
 
 
 def same(got, want, tol=1e-5):

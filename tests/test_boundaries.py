@@ -49,7 +49,10 @@ LAYERS = [
     # the package's face re-exports the training helpers (``oocarr.stream_sum``, ``oocarr.optim``)
     ("package face", ["oocarr", "oocarr.optim"]),
     ("train", ["oocarr.train*"]),
-    ("public API", ["oocarr.api", "oocarr.functions", "oocarr.config", "oocarr._moved"]),
+    (
+        "public API",
+        ["oocarr.api", "oocarr.functions", "oocarr.statistics", "oocarr.config", "oocarr._moved"],
+    ),
     ("jax layer", ["oocarr.jaxlayer*"]),
     ("ops", ["oocarr.ops*"]),
     ("engine", ["oocarr.engine*"]),

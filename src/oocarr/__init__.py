@@ -34,6 +34,7 @@ from .functions import (
     any,
     asin,
     asinh,
+    astype,
     atan,
     atan2,
     atanh,
@@ -110,6 +111,18 @@ from .functions import (
 )
 from .jaxlayer.disk_array import DiskArray
 from .jaxlayer.make_op import make_op
+from .statistics import (
+    count_nonzero,
+    install_methods,
+    nanmax,
+    nanmean,
+    nanmin,
+    nanstd,
+    nansum,
+    nanvar,
+    std,
+    var,
+)
 from .store.blocked import BlockedArray
 from .store.locator import Locator
 from .store.registry import available_drivers, get_driver, register_driver
@@ -121,6 +134,7 @@ from .train.minibatches import batches
 
 runtime.configure()
 install_operators()
+install_methods()
 _moved.install()
 
 try:
@@ -243,4 +257,14 @@ __all__ = [
     "sinh",
     "tan",
     "trunc",
+    "astype",
+    "var",
+    "std",
+    "count_nonzero",
+    "nansum",
+    "nanmean",
+    "nanmax",
+    "nanmin",
+    "nanvar",
+    "nanstd",
 ]

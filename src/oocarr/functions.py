@@ -13,6 +13,7 @@ from oocarr.jaxlayer.make_op import make_op, materialize, update
 from oocarr.ops.elementwise import (
     BINARY,
     BITWISE,
+    CASTS,
     COMPARISON,
     MATH,
     MATH_BINARY,
@@ -42,6 +43,7 @@ __all__ = [
     "min",
     "any",
     "all",
+    "astype",
     "logsumexp",
     "softmax",
     "where",
@@ -91,6 +93,40 @@ for _group in (UNARY, BINARY, COMPARISON, MATH, MATH_BINARY, PREDICATES, BITWISE
         _arity = 1 if _name in _ONE_ARGUMENT else 2
         _globals[_name] = make_op(_cls, doc=_elementwise_doc(_name, _arity))
 pow = _globals["power"]  # noqa: A001 (the Array API's name for ``power``)
+
+_casts = {name: make_op(cls) for name, cls in CASTS.items()}
+
+
+def astype(x: Any, dtype: Any, /, *, copy: bool = True, device: Any = None) -> Any:
+    """``x`` cast to ``dtype`` elementwise, as ``jax.numpy``'s ``astype`` casts (the Array API's
+    ``astype``); differentiable between floating types.
+
+    Under ``jax.jit`` the cast fuses into the op that reads it, so float16 or integer storage
+    is read as float32 tile by tile, with no stored copy. ``copy=False`` returns ``x`` itself
+    when it already has ``dtype``; ``device`` must be ``None``.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarr
+    >>> x = oocarr.from_numpy(np.array([1.5, -2.5], "f2"))
+    >>> y = oocarr.astype(x, "float32")
+    >>> y.dtype, np.asarray(y).tolist(), oocarr.astype(x, "int32").dtype
+    (dtype('float32'), [1.5, -2.5], dtype('int32'))
+    """
+    if device is not None:
+        raise InvalidArgumentError(f"astype: device= must be None for a DiskArray, got {device!r}")
+    try:
+        name = np.dtype(dtype).name
+    except TypeError:
+        name = None
+    if name not in _casts:
+        raise InvalidArgumentError(
+            f"astype: cannot cast to {dtype!r}; the dtypes oocarr casts to are {', '.join(_casts)}"
+        )
+    if not copy and np.dtype(x.dtype) == np.dtype(dtype):
+        return x
+    return _casts[name](x)
+
 
 _sum = make_op(Sum)
 _mean = make_op(Mean)
@@ -352,7 +388,8 @@ def install_operators() -> None:
     """Give ``DiskArray`` (and its traced type) its operators and methods: every arithmetic,
     comparison (elementwise ``==`` and ``!=`` included) and bitwise operator with its
     reflected form, ``abs``, ``divmod``, ``.sum()``, ``.mean()``, ``.max()``, ``.min()``,
-    ``.any()``, ``.all()``, ``.T``, ``.update_()`` and ``x[key]`` under ``jit``.
+    ``.any()``, ``.all()``, ``.astype()``, ``.T``, ``.update_()`` and ``x[key]`` under ``jit``
+    (:func:`oocarr.statistics.install_methods` adds ``.var()`` and ``.std()``).
 
     :mod:`oocarr` calls this once when it is imported; calling it again changes nothing.
 
@@ -373,6 +410,7 @@ def install_operators() -> None:
         "min": min,
         "any": any,
         "all": all,
+        "astype": astype,
         "transpose": transpose,
         "update_": update,
     }

@@ -20,6 +20,7 @@ __all__ = [
     "MATH_BINARY",
     "PREDICATES",
     "BITWISE",
+    "CASTS",
     "Where",
     "Identity",
 ]
@@ -154,6 +155,39 @@ BITWISE = {
     )
 }
 
+#: The dtypes ``astype`` casts to, one op class each, so that a cast fuses under ``jax.jit``
+#: like any elementwise op (a fused expression names its ops' classes).
+CAST_DTYPES = (
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+)
+
+
+def _cast(dtype_name: str) -> type[Elementwise]:
+    dtype = jnp.dtype(dtype_name)
+
+    def cast(x: jax.Array) -> jax.Array:
+        return x.astype(dtype)
+
+    name = "As" + dtype_name.title().replace("_", "")
+    return type(name, (Elementwise,), {"name": f"astype_{dtype_name}", "fn": staticmethod(cast)})
+
+
+CASTS = {name: _cast(name) for name in CAST_DTYPES}
+
 Where = _op("where", jnp.where)
 Identity = _op("identity", lambda x: x)
 Add = BINARY["add"]
@@ -162,7 +196,7 @@ Add = BINARY["add"]
 globals().update(
     {
         cls.__name__: cls
-        for group in (UNARY, BINARY, COMPARISON, MATH, MATH_BINARY, PREDICATES, BITWISE)
+        for group in (UNARY, BINARY, COMPARISON, MATH, MATH_BINARY, PREDICATES, BITWISE, CASTS)
         for cls in group.values()
     }
 )

@@ -51,7 +51,14 @@ LAYERS = [
     ("train", ["oocarr.train*"]),
     (
         "public API",
-        ["oocarr.api", "oocarr.functions", "oocarr.statistics", "oocarr.config", "oocarr._moved"],
+        [
+            "oocarr.api",
+            "oocarr.functions",
+            "oocarr.statistics",
+            "oocarr.array_api",
+            "oocarr.config",
+            "oocarr._moved",
+        ],
     ),
     ("jax layer", ["oocarr.jaxlayer*"]),
     ("ops", ["oocarr.ops*"]),

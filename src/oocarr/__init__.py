@@ -19,7 +19,7 @@ array([4., 5., 6., 7.])
 
 from importlib.metadata import PackageNotFoundError, version
 
-from . import _moved, errors, optim
+from . import _moved, array_api, errors, optim
 from .api import create, from_numpy, open, resolve, save, to_numpy
 from .config import config, memory_budget, set_memory_budget
 from .engine import runtime
@@ -135,6 +135,7 @@ from .train.minibatches import batches
 runtime.configure()
 install_operators()
 install_methods()
+array_api.install_namespace()
 _moved.install()
 
 try:
@@ -143,6 +144,7 @@ except PackageNotFoundError:  # running from a source tree that was never instal
     __version__ = "0+unknown"
 
 __all__ = [
+    "array_api",
     # storage
     "BlockedArray",
     "DiskArray",

@@ -29,6 +29,7 @@ __all__ = [
     "ExecutorError",
     "StorageAccessError",
     "UnsupportedTransformationError",
+    "NotSupportedError",
 ]
 
 
@@ -111,6 +112,11 @@ class BudgetTooSmallError(OocarrError, MemoryError):
 class UnsupportedTransformationError(OocarrError, ValueError):
     """An optax transformation that ``oocarr.optim.blockwise`` cannot apply exactly (it
     combines elements of a parameter or across parameters)."""
+
+
+class NotSupportedError(OocarrError, NotImplementedError):
+    """A function of the Array API standard (or of NumPy) that oocarr does not provide for
+    stored arrays; the message says why and what to use instead."""
 
 
 class MissingDependencyError(OocarrError, ImportError):

@@ -1,0 +1,411 @@
+"""oocarr as an Array API namespace (standard 2023.12): ``x.__array_namespace__()``.
+
+Code written against the standard (``xp = x.__array_namespace__()``, then ``xp.mean(x)``,
+``xp.std(x, correction=1)`` ...) runs on stored arrays, streamed tile by tile.  The
+functions here are oocarr's own; docs/array-api.md lists every function of the standard
+with its status.  A function the standard has and oocarr does not yet give raises
+:class:`oocarr.errors.NotSupportedError` naming it, with the reason and what to use.
+
+Examples
+--------
+>>> import numpy as np, oocarr
+>>> x = oocarr.from_numpy(np.array([[1.0, 2.0], [3.0, 4.0]], "f4"))
+>>> xp = x.__array_namespace__()
+>>> print(f"{float(xp.mean(xp.sqrt(x))):.4f}", xp.matrix_transpose(x).shape)
+1.5366 (2, 2)
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+import sys
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+from jax._src import core as jax_core
+
+from oocarr import functions as fn
+from oocarr import statistics
+from oocarr.errors import InvalidArgumentError, NotSupportedError
+from oocarr.jaxlayer.disk_array import DiskArray, DiskArrayType
+
+__array_api_version__ = "2023.12"
+
+# ----------------------------------------------------------------------------
+# Constants and data types (NumPy's scalar types, which compare equal to the dtypes of
+# stored arrays: ``x.dtype == xp.float32``)
+# ----------------------------------------------------------------------------
+e, pi, inf, nan, newaxis = math.e, math.pi, math.inf, math.nan, None
+bool = np.bool_  # noqa: A001
+int8, int16, int32, int64 = np.int8, np.int16, np.int32, np.int64
+uint8, uint16, uint32, uint64 = np.uint8, np.uint16, np.uint32, np.uint64
+float32, float64 = np.float32, np.float64
+complex64, complex128 = np.complex64, np.complex128
+
+# ----------------------------------------------------------------------------
+# Elementwise functions and reductions: oocarr's own
+# ----------------------------------------------------------------------------
+_ELEMENTWISE = [
+    "abs",
+    "acos",
+    "acosh",
+    "add",
+    "asin",
+    "asinh",
+    "atan",
+    "atan2",
+    "atanh",
+    "bitwise_and",
+    "bitwise_invert",
+    "bitwise_left_shift",
+    "bitwise_or",
+    "bitwise_right_shift",
+    "bitwise_xor",
+    "ceil",
+    "copysign",
+    "cos",
+    "cosh",
+    "divide",
+    "equal",
+    "exp",
+    "expm1",
+    "floor",
+    "floor_divide",
+    "greater",
+    "greater_equal",
+    "hypot",
+    "isfinite",
+    "isinf",
+    "isnan",
+    "less",
+    "less_equal",
+    "log",
+    "log1p",
+    "log2",
+    "log10",
+    "logaddexp",
+    "logical_and",
+    "logical_not",
+    "logical_or",
+    "logical_xor",
+    "maximum",
+    "minimum",
+    "multiply",
+    "negative",
+    "nextafter",
+    "not_equal",
+    "positive",
+    "pow",
+    "remainder",
+    "round",
+    "sign",
+    "signbit",
+    "sin",
+    "sinh",
+    "sqrt",
+    "square",
+    "subtract",
+    "tan",
+    "tanh",
+    "trunc",
+]
+_REDUCTIONS = ("sum", "mean", "max", "min", "any", "all")
+globals().update({name: getattr(fn, name) for name in (*_ELEMENTWISE, *_REDUCTIONS)})
+var, std = statistics.var, statistics.std
+astype, matmul, where = fn.astype, fn.matmul, fn.where
+
+
+def permute_dims(x: Any, /, axes: tuple[int, ...]) -> Any:
+    """``x`` with its axes in the order ``axes``, copied tile by tile.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarr
+    >>> permute_dims(oocarr.from_numpy(np.zeros((2, 3, 4))), (2, 0, 1)).shape
+    (4, 2, 3)
+    """
+    return fn.transpose(x, tuple(axes))
+
+
+def matrix_transpose(x: Any, /) -> Any:
+    """Each matrix of a stack transposed (the last two axes swapped).
+
+    Examples
+    --------
+    >>> import numpy as np, oocarr
+    >>> matrix_transpose(oocarr.from_numpy(np.zeros((5, 2, 3)))).shape
+    (5, 3, 2)
+    """
+    ndim = len(x.shape)
+    if ndim < 2:
+        raise InvalidArgumentError(f"matrix_transpose needs at least 2 axes, got shape {x.shape}")
+    return fn.transpose(x, (*range(ndim - 2), ndim - 1, ndim - 2))
+
+
+def clip(x: Any, /, min: Any = None, max: Any = None) -> Any:  # noqa: A002
+    """``x`` with values below ``min`` raised to it and above ``max`` lowered to it.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarr
+    >>> np.asarray(clip(oocarr.from_numpy(np.array([-2.0, 0.5, 3.0], "f4")), 0.0, 1.0)).tolist()
+    [0.0, 0.5, 1.0]
+    """
+    out = x
+    if min is not None:
+        out = fn.maximum(out, min)
+    if max is not None:
+        out = fn.minimum(out, max)
+    return out
+
+
+def vecdot(x1: Any, x2: Any, /, *, axis: int = -1) -> Any:
+    """The dot product of vectors along ``axis`` (conjugating ``x1``), broadcast over the rest.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarr
+    >>> a = oocarr.from_numpy(np.array([[1.0, 2.0], [3.0, 4.0]], "f4"))
+    >>> np.asarray(vecdot(a, a)).tolist()
+    [5.0, 25.0]
+    """
+    if np.issubdtype(np.dtype(x1.dtype), np.complexfloating):
+        raise NotSupportedError("vecdot of complex arrays: conj is not provided yet")
+    return fn.sum(fn.multiply(x1, x2), axis=axis)
+
+
+# ----------------------------------------------------------------------------
+# Data type functions: metadata only, answered by NumPy
+# ----------------------------------------------------------------------------
+def _dtype_of(value: Any) -> np.dtype:
+    if isinstance(value, (np.dtype, type, str)):
+        return np.dtype(value)
+    return np.dtype(value.dtype)
+
+
+def result_type(*arrays_and_dtypes: Any) -> np.dtype:
+    """The dtype the standard's promotion gives these arrays and dtypes (JAX's rules, which
+    oocarr's ops follow).
+
+    Examples
+    --------
+    >>> result_type(int8, float32), result_type(uint8, int8)
+    (dtype('float32'), dtype('int16'))
+    """
+    return np.dtype(jnp.result_type(*(_dtype_of(a) for a in arrays_and_dtypes)))
+
+
+def can_cast(from_: Any, to: Any, /) -> bool:
+    """Whether the standard's promotion casts ``from_`` to ``to`` without loss.
+
+    Examples
+    --------
+    >>> can_cast(int8, int32), can_cast(float64, float32)
+    (True, False)
+    """
+    return builtins.bool(np.can_cast(_dtype_of(from_), np.dtype(to), casting="safe"))
+
+
+def finfo(type: Any, /) -> np.finfo:  # noqa: A002
+    """Machine limits of a floating dtype (NumPy's ``finfo``).
+
+    Examples
+    --------
+    >>> float(finfo(float32).eps)
+    1.1920928955078125e-07
+    """
+    return np.finfo(_dtype_of(type))
+
+
+def iinfo(type: Any, /) -> np.iinfo:  # noqa: A002
+    """Machine limits of an integer dtype (NumPy's ``iinfo``).
+
+    Examples
+    --------
+    >>> int(iinfo(int8).max)
+    127
+    """
+    return np.iinfo(_dtype_of(type))
+
+
+_KINDS = {
+    "bool": "b",
+    "signed integer": "i",
+    "unsigned integer": "u",
+    "integral": "iu",
+    "real floating": "f",
+    "complex floating": "c",
+    "numeric": "iufc",
+}
+
+
+def isdtype(dtype: Any, kind: Any) -> builtins.bool:
+    """Whether ``dtype`` is of ``kind``: a dtype, a kind's name (``"real floating"`` ...) or a
+    tuple of them.
+
+    Examples
+    --------
+    >>> isdtype(float32, "real floating"), isdtype(int8, ("bool", "unsigned integer"))
+    (True, False)
+    """
+    dtype = np.dtype(dtype)
+    if isinstance(kind, tuple):
+        return builtins.any(isdtype(dtype, k) for k in kind)
+    if isinstance(kind, str):
+        if kind not in _KINDS:
+            raise InvalidArgumentError(f"isdtype: unknown kind {kind!r}; one of {list(_KINDS)}")
+        return dtype.kind in _KINDS[kind]
+    return dtype == np.dtype(kind)
+
+
+def __array_namespace_info__() -> Any:  # noqa: N807 (the standard's name)
+    """The standard's inspection object: what this namespace supports.
+
+    Examples
+    --------
+    >>> __array_namespace_info__().capabilities()["boolean indexing"]
+    False
+    """
+    return _Info()
+
+
+class _Info:
+    def capabilities(self) -> dict[str, Any]:
+        return {"boolean indexing": False, "data-dependent shapes": False}
+
+    def default_device(self) -> str:
+        return "cpu"
+
+    def devices(self) -> list[str]:
+        return ["cpu"]
+
+    def default_dtypes(self, *, device: Any = None) -> dict[str, Any]:
+        return {
+            "real floating": np.dtype(float32),
+            "complex floating": np.dtype(complex64),
+            "integral": np.dtype(int32),
+            "indexing": np.dtype(int32),
+        }
+
+    def dtypes(self, *, device: Any = None, kind: Any = None) -> dict[str, np.dtype]:
+        names = [
+            "bool",
+            *(f"int{b}" for b in (8, 16, 32, 64)),
+            *(f"uint{b}" for b in (8, 16, 32, 64)),
+            "float32",
+            "float64",
+            "complex64",
+            "complex128",
+        ]
+        found = {n: np.dtype(n) for n in names}
+        return {n: d for n, d in found.items() if kind is None or isdtype(d, kind)}
+
+
+# ----------------------------------------------------------------------------
+# What the standard has and oocarr does not give yet
+# ----------------------------------------------------------------------------
+#: The standard's functions this namespace does not provide, each with why and what to use.
+NOT_PROVIDED = {
+    **dict.fromkeys(
+        ("argmax", "argmin", "searchsorted", "cumulative_sum", "prod"),
+        "a streamed version is not built yet; read the array with oocarr.to_numpy where it "
+        "fits in memory",
+    ),
+    **dict.fromkeys(
+        (
+            "reshape",
+            "expand_dims",
+            "squeeze",
+            "concat",
+            "stack",
+            "flip",
+            "moveaxis",
+            "broadcast_to",
+            "broadcast_arrays",
+            "roll",
+            "tile",
+            "repeat",
+            "unstack",
+        ),
+        "manipulation functions are not built yet; oocarr.transpose and views (x[a:b]) are",
+    ),
+    **dict.fromkeys(
+        (
+            "asarray",
+            "zeros",
+            "ones",
+            "full",
+            "empty",
+            "arange",
+            "linspace",
+            "eye",
+            "zeros_like",
+            "ones_like",
+            "full_like",
+            "empty_like",
+            "meshgrid",
+            "tril",
+            "triu",
+            "from_dlpack",
+        ),
+        "creation into scratch storage is not built yet; use oocarr.from_numpy or oocarr.create",
+    ),
+    **dict.fromkeys(
+        ("sort", "argsort", "unique_all", "unique_counts", "unique_inverse", "unique_values"),
+        "sorting and unique values are not built yet",
+    ),
+    "nonzero": "its output shape depends on the data; not built yet",
+    "tensordot": "not built yet; oocarr.matmul covers matrix products",
+    "take": "gathers are not built yet; views (x[a:b]) are",
+    "conj": "complex conjugation is not built yet",
+    "real": "complex parts are not built yet",
+    "imag": "complex parts are not built yet",
+    "cumulative_prod": "not built yet",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in NOT_PROVIDED:
+        raise NotSupportedError(
+            f"oocarr.array_api.{name} is not provided for stored arrays: {NOT_PROVIDED[name]}"
+        )
+    raise AttributeError(f"module 'oocarr.array_api' has no attribute {name!r}")
+
+
+def namespace_of(*arrays: Any, api_version: str | None = None) -> Any:
+    """This module, for ``DiskArray.__array_namespace__``; ``api_version`` must be ``None``
+    or ``"2023.12"``.
+
+    Examples
+    --------
+    >>> namespace_of().__array_api_version__
+    '2023.12'
+    """
+    if api_version not in (None, __array_api_version__):
+        raise InvalidArgumentError(
+            f"oocarr implements the Array API {__array_api_version__}, not {api_version!r}"
+        )
+    return sys.modules[__name__]
+
+
+def install_namespace() -> None:
+    """Give ``DiskArray`` ``__array_namespace__`` (this module) and ``mT``; :mod:`oocarr` calls
+    this once when it is imported.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarr
+    >>> install_namespace()
+    >>> oocarr.from_numpy(np.zeros((2, 3))).__array_namespace__().__name__
+    'oocarr.array_api'
+    """
+
+    def array_namespace(self: Any, /, *, api_version: str | None = None) -> Any:
+        return namespace_of(self, api_version=api_version)
+
+    DiskArray.__array_namespace__ = array_namespace
+    DiskArrayType.__array_namespace__ = jax_core.aval_method(array_namespace)
+    DiskArray.mT = property(matrix_transpose)
+    DiskArrayType.mT = jax_core.aval_property(matrix_transpose)

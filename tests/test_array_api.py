@@ -1,0 +1,147 @@
+"""oocarr.array_api: code written against the Array API standard runs on stored arrays and
+gives what NumPy's own namespace (the oracle) gives for the same code."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+import oocarr
+from oocarr import errors
+from stored_arrays import skip_slow, stored
+
+BUDGET = 4 * 4 * 24
+
+
+def standardize(x):
+    """Array API code: the namespace comes from the array."""
+    xp = x.__array_namespace__()
+    centred = x - xp.mean(x, axis=0)
+    scaled = centred / xp.std(x, axis=0, correction=1)
+    return xp.sum(xp.where(xp.abs(scaled) > 1.5, scaled, 0.0), axis=1), xp.max(scaled, axis=1)
+
+
+def summary(x):
+    xp = x.__array_namespace__()
+    pos = xp.clip(x, 0.0, None)
+    return [
+        xp.vecdot(x, x),
+        xp.var(xp.log1p(pos), axis=1),
+        xp.any(xp.isnan(xp.sqrt(x)), axis=0),
+        xp.matrix_transpose(x),
+        xp.permute_dims(x, (1, 0)),
+        xp.astype(x > 0, xp.int32),
+        xp.pow(pos, 2),
+        xp.atan2(x, 1.0),
+    ]
+
+
+def test_standard_code_runs_on_stored_arrays_like_numpy(backend):
+    skip_slow(backend)
+    a = np.random.default_rng(0).standard_normal((13, 6)).astype(np.float32)
+    x = stored(backend, a)
+    with oocarr.memory_budget(BUDGET), np.errstate(invalid="ignore"):
+        for got, want in zip((*standardize(x), *summary(x)), (*standardize(a), *summary(a))):
+            got, want = np.asarray(got), np.asarray(want)
+            assert got.shape == want.shape and got.dtype == want.dtype, (got, want)
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_the_namespace_under_jit_and_grad():
+    a = np.random.default_rng(1).standard_normal((9, 4)).astype(np.float32)
+    x = oocarr.from_numpy(a)
+
+    def loss(v):
+        xp = v.__array_namespace__()
+        return xp.sum(xp.square((v - xp.mean(v, axis=0)) / xp.std(v, axis=0)))
+
+    with oocarr.memory_budget(BUDGET):
+        value, grad = jax.jit(jax.value_and_grad(loss))(x)
+    import jax.numpy as jnp
+
+    def ref(v):
+        return jnp.sum(jnp.square((v - jnp.mean(v, axis=0)) / jnp.std(v, axis=0)))
+
+    rv, rg = jax.value_and_grad(ref)(a)
+    np.testing.assert_allclose(float(value), float(rv), rtol=1e-4)
+    np.testing.assert_allclose(np.asarray(grad), np.asarray(rg), rtol=1e-3, atol=1e-4)
+
+
+def test_the_first_lines_of_an_analysis():
+    a = np.random.default_rng(2).standard_normal((20, 3)).astype(np.float32) * 4 + 7
+    x = oocarr.from_numpy(a)
+    z = (x - x.mean(axis=0)) / x.std(axis=0)
+    np.testing.assert_allclose(np.asarray(z), (a - a.mean(0)) / a.std(0), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(x.max(0)), a.max(0))
+    np.testing.assert_array_equal(np.asarray(x.mT), a.T)
+    assert np.asarray(x == a[0, 0]).sum() == 1
+
+
+def test_constants_dtypes_and_data_type_functions():
+    xp = oocarr.array_api
+    x = oocarr.from_numpy(np.zeros((2, 3), np.float32))
+    assert x.__array_namespace__() is xp and xp.__array_api_version__ == "2023.12"
+    assert x.__array_namespace__(api_version="2023.12") is xp
+    with pytest.raises(errors.InvalidArgumentError, match="2023.12"):
+        x.__array_namespace__(api_version="2021.12")
+    assert x.dtype == xp.float32 and xp.newaxis is None and xp.pi == np.pi
+    pairs = [(xp.int8, xp.uint8), (xp.float32, xp.int64), (xp.bool, xp.int16), (x, xp.float64)]
+    for a, b in pairs:
+        want = np.result_type(np.dtype(a.dtype if a is x else a), np.dtype(b))
+        if want == np.float64 and not jax.config.jax_enable_x64:
+            continue  # JAX without x64 keeps 32-bit results
+        assert xp.result_type(a, b) == want
+    assert xp.can_cast(xp.int8, xp.int32) and not xp.can_cast(xp.float64, xp.float32)
+    assert xp.finfo(xp.float32).eps == np.finfo(np.float32).eps
+    assert xp.iinfo(xp.uint16).max == 65535
+    assert xp.isdtype(xp.float32, "real floating") and xp.isdtype(xp.uint8, "integral")
+    assert not xp.isdtype(xp.int8, ("bool", "unsigned integer"))
+    assert xp.isdtype(xp.complex64, "numeric") and xp.isdtype(xp.int8, xp.int8)
+    info = xp.__array_namespace_info__()
+    assert set(info.dtypes(kind="integral")) == {
+        f"{s}int{b}" for s in ("", "u") for b in (8, 16, 32, 64)
+    }
+
+
+@pytest.mark.parametrize("name", ["reshape", "argmax", "zeros", "sort", "nonzero", "concat"])
+def test_what_is_not_provided_is_named(name):
+    with pytest.raises(errors.NotSupportedError, match=f"oocarr.array_api.{name} is not provided"):
+        getattr(oocarr.array_api, name)
+    with pytest.raises(AttributeError, match="no attribute 'not_a_function'"):
+        oocarr.array_api.not_a_function  # noqa: B018
+
+
+#: Every function of the Array API standard 2023.12, by section of the specification.
+STANDARD = {
+    "elementwise": "abs acos acosh add asin asinh atan atan2 atanh bitwise_and "
+    "bitwise_left_shift bitwise_invert bitwise_or bitwise_right_shift bitwise_xor ceil clip "
+    "conj copysign cos cosh divide equal exp expm1 floor floor_divide greater greater_equal "
+    "hypot imag isfinite isinf isnan less less_equal log log1p log2 log10 logaddexp "
+    "logical_and logical_not logical_or logical_xor maximum minimum multiply negative "
+    "not_equal positive pow real remainder round sign signbit sin sinh square sqrt subtract "
+    "tan tanh trunc",
+    "statistical": "cumulative_sum max mean min prod std sum var",
+    "utility": "all any",
+    "searching": "argmax argmin nonzero searchsorted where",
+    "sorting": "argsort sort",
+    "set": "unique_all unique_counts unique_inverse unique_values",
+    "manipulation": "broadcast_arrays broadcast_to concat expand_dims flip moveaxis "
+    "permute_dims repeat reshape roll squeeze stack tile unstack",
+    "linear algebra": "matmul matrix_transpose tensordot vecdot",
+    "data types": "astype can_cast finfo iinfo isdtype result_type",
+    "creation": "arange asarray empty empty_like eye from_dlpack full full_like linspace "
+    "meshgrid ones ones_like tril triu zeros zeros_like",
+    "indexing": "take",
+}
+
+
+def test_every_standard_function_is_provided_or_refused_by_name():
+    xp = oocarr.array_api
+    for names in STANDARD.values():
+        for name in names.split():
+            if name in xp.NOT_PROVIDED:
+                with pytest.raises(errors.NotSupportedError, match=name):
+                    getattr(xp, name)
+            else:
+                assert callable(getattr(xp, name)), name

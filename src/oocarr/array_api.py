@@ -358,7 +358,7 @@ NOT_PROVIDED = {
     ),
     "nonzero": "its output shape depends on the data; not built yet",
     "tensordot": "not built yet; oocarr.matmul covers matrix products",
-    "take": "gathers are not built yet; views (x[a:b]) are",
+    "take": "gathers are not built yet; views (x[a:b:step], x[:, None]) are",
     "conj": "complex conjugation is not built yet",
     "real": "complex parts are not built yet",
     "imag": "complex parts are not built yet",

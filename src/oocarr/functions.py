@@ -366,7 +366,7 @@ _slice = make_op(Slice)
 
 def _traced_getitem(x: Any, key: Any) -> Any:
     """``x[key]`` on a traced ``DiskArray``: a tile-by-tile copy, differentiable."""
-    region = tuple(tuple(r) for r in key_region(key, tuple(x.shape)))
+    region = tuple(None if r is None else tuple(r) for r in key_region(key, tuple(x.shape)))
     return _slice(x, region=region)
 
 

@@ -166,6 +166,9 @@ class BlockParallelOp(Op):
     #: whose padding would not be neutral leaves them as they are, each edge shape compiling
     #: its own block functions.
     pads_edge_blocks: bool = True
+    #: Axes of the input blocks padded before their elements rather than after (and whose
+    #: gradients are cropped from their end): a block function that reverses an axis.
+    pad_front: tuple[int, ...] = ()
 
     # -- what subclasses define -------------------------------------------
     def index_map(self, out_region: Region, plan: Plan) -> Iterator[tuple[Region, ...]]:

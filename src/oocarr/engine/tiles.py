@@ -53,7 +53,10 @@ class Nominal:
         op = self.op
         if not op.pads_edge_blocks:
             return blocks
-        return [pad(b, s, op.pad_mode, op.pad_value) for b, s in zip(blocks, self.in_shapes)]
+        return [
+            pad(b, s, op.pad_mode, op.pad_value, op.pad_front)
+            for b, s in zip(blocks, self.in_shapes)
+        ]
 
     def output(self, tile: np.ndarray) -> np.ndarray:
         if tile.ndim != len(self.out_shape):
@@ -64,19 +67,32 @@ class Nominal:
         return crop_to(tile, tuple(r.stop - r.start for r in region))
 
 
-def pad(block: np.ndarray, shape: tuple[int, ...], mode: str, value: float = 0) -> np.ndarray:
+def pad(
+    block: np.ndarray, shape: tuple[int, ...], mode: str, value: float = 0, front: tuple = ()
+) -> np.ndarray:
+    """``block`` padded to ``shape``: after its elements, or before them along the axes in
+    ``front``."""
     if block.shape == shape or block.ndim != len(shape):
         return block
-    widths = [(0, max(0, s - b)) for b, s in zip(block.shape, shape)]
+    widths = [
+        (max(0, s - b), 0) if axis in front else (0, max(0, s - b))
+        for axis, (b, s) in enumerate(zip(block.shape, shape))
+    ]
     if mode == "constant" or not block.size:
         return np.pad(block, widths, mode="constant", constant_values=value)
     return np.pad(block, widths, mode=mode)
 
 
-def crop_to(array: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+def crop_to(array: np.ndarray, shape: tuple[int, ...], front: tuple = ()) -> np.ndarray:
+    """The first ``shape`` elements of ``array`` (the last along the axes in ``front``)."""
     if array.shape == shape or array.ndim != len(shape):
         return array
-    return array[tuple(slice(0, n) for n in shape)]
+    return array[
+        tuple(
+            slice(m - n, m) if axis in front else slice(0, n)
+            for axis, (m, n) in enumerate(zip(array.shape, shape))
+        )
+    ]
 
 
 class TileFolder:
@@ -181,4 +197,5 @@ class StepGradient:
         padded = [self.nominal.output(t) for t in tiles]
         grads = self._backward(*padded, *self.nominal.inputs(blocks))
         shapes = [b.shape for b, w in zip(blocks, self.wanted) if w]
-        return [crop_to(np.asarray(g), s) for g, s in zip(grads, shapes)]
+        front = self.nominal.op.pad_front
+        return [crop_to(np.asarray(g), s, front) for g, s in zip(grads, shapes)]

@@ -18,6 +18,12 @@ BUDGET = 4 * 4 * 24
 AXES = [None, 0, 1, (0, 1), -1]
 
 
+def axes_for(backend):
+    """Every axis choice on one driver; on the others, the ones that cut tiles differently
+    (the reductions are the engine's, tested on every driver in test_ops.py)."""
+    return AXES if backend.id == "memmap-npy" else [None, 0]
+
+
 def same(got, want, tol=1e-5):
     got, want = np.asarray(got), np.asarray(want)
     assert got.shape == want.shape, (got.shape, want.shape)
@@ -37,7 +43,7 @@ def test_var_and_std_match_numpy(backend):
     a = features()
     x = stored(backend, a)
     with oocarr.memory_budget(BUDGET):
-        for axis in AXES:
+        for axis in axes_for(backend):
             for correction in (0, 1):
                 for keepdims in (False, True):
                     kw = {"axis": axis, "keepdims": keepdims}
@@ -53,7 +59,7 @@ def test_nan_reductions_match_numpy(backend):
     x = stored(backend, a)
     with oocarr.memory_budget(BUDGET), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # NumPy's all-NaN slices
-        for axis in AXES:
+        for axis in axes_for(backend):
             for name in ("nansum", "nanmean", "nanmax", "nanmin"):
                 same(getattr(oocarr, name)(x, axis=axis), getattr(np, name)(a, axis=axis))
             for name in ("nanvar", "nanstd"):
@@ -68,7 +74,7 @@ def test_integer_inputs_and_count_nonzero(backend):
     a = np.random.default_rng(1).integers(-2, 3, (11, 5)).astype(np.int32)
     x = stored(backend, a)
     with oocarr.memory_budget(BUDGET):
-        for axis in AXES:
+        for axis in axes_for(backend):
             same(oocarr.count_nonzero(x, axis=axis), np.count_nonzero(a, axis=axis))
             same(oocarr.var(x, axis=axis), a.astype(np.float32).var(axis=axis))
             same(oocarr.nanmax(x, axis=axis), np.nanmax(a, axis=axis))

@@ -407,5 +407,15 @@ def install_namespace() -> None:
 
     DiskArray.__array_namespace__ = array_namespace
     DiskArrayType.__array_namespace__ = jax_core.aval_method(array_namespace)
-    DiskArray.mT = property(matrix_transpose)
+    DiskArray.mT = property(matrix_transpose, doc=_MT_DOC)
     DiskArrayType.mT = jax_core.aval_property(matrix_transpose)
+
+
+_MT_DOC = """Each matrix of a stack transposed (the last two axes swapped), tile by tile.
+
+Examples
+--------
+>>> import numpy as np, oocarr
+>>> oocarr.from_numpy(np.zeros((5, 2, 3))).mT.shape
+(5, 3, 2)
+"""

@@ -4,9 +4,8 @@ NaN-ignoring reductions (``nansum``, ``nanmean``, ``nanmax``, ``nanmin``, ``nanv
 
 Each is a short composition of elementwise ops and reductions, run under ``jax.jit`` when
 called on concrete arrays, so that the elementwise steps fuse into the reductions that read
-them: ``var`` reads ``x`` twice (its mean,
-then the squared deviations from it, which are never written) and is as exact as NumPy's
-two-pass formula; gradients come from the ops' own.
+them: ``var`` reads ``x`` twice (its mean, then the squared deviations from it, which are
+never written) and is as exact as NumPy's two-pass formula; gradients come from the ops' own.
 """
 
 from __future__ import annotations
@@ -75,6 +74,7 @@ def _check_correction(correction: float) -> float:
 
 
 def _var(x: Any, axis: Axis, correction: float, keepdims: bool) -> Any:
+    x = _floats(x)  # here, so that the cast fuses too
     squares = fn.sum(
         fn.square(x - fn.mean(x, axis=axis, keepdims=True)), axis=axis, keepdims=keepdims
     )
@@ -92,7 +92,6 @@ def var(x: Any, axis: Axis = None, *, correction: float = 0.0, keepdims: bool = 
     >>> float(oocarr.var(x)), np.asarray(oocarr.var(x, axis=0, correction=1)).tolist()
     (3.5, [2.0, 8.0])
     """
-    x = _floats(x)
     correction = _check_correction(correction)
     return _fused(_var, x, axis=_axis(axis), correction=correction, keepdims=keepdims)
 

@@ -54,10 +54,10 @@ class Slice(BlockParallelOp):
         self.steps = tuple(r[3] if len(r) > 3 else 1 for r in on_input)
         out = [r for r in region if r is None or r[2]]
         self.new_axes = tuple(axis for axis, r in enumerate(out) if r is None)
-        # an input block covers the selected elements of a strided axis: |step| times the
-        # output tile's extent, which the tiles' count of the budget must hold
         # a negative step reverses its axis: the padding of an edge block must go first
         self.pad_front = tuple(axis for axis, step in enumerate(self.steps) if step < 0)
+        # an input block covers the selected elements of a strided axis: |step| times the
+        # output tile's extent, which the tiles' count of the budget must hold
         spread = math.prod(abs(step) for step in self.steps)
         if spread > 1:
             self.residency = type(self).residency + spread

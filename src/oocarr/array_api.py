@@ -30,6 +30,15 @@ from oocarr import functions as fn
 from oocarr import statistics
 from oocarr.errors import InvalidArgumentError, NotSupportedError
 from oocarr.jaxlayer.disk_array import DiskArray, DiskArrayType
+from oocarr.ops.elementwise import (
+    BINARY,
+    BITWISE,
+    COMPARISON,
+    MATH,
+    MATH_BINARY,
+    PREDICATES,
+    UNARY,
+)
 
 __array_api_version__ = "2023.12"
 
@@ -47,72 +56,15 @@ complex64, complex128 = np.complex64, np.complex128
 # ----------------------------------------------------------------------------
 # Elementwise functions and reductions: oocarr's own
 # ----------------------------------------------------------------------------
+#: The elementwise ops, less the ones the standard does not name (neural-network helpers).
 _ELEMENTWISE = [
-    "abs",
-    "acos",
-    "acosh",
-    "add",
-    "asin",
-    "asinh",
-    "atan",
-    "atan2",
-    "atanh",
-    "bitwise_and",
-    "bitwise_invert",
-    "bitwise_left_shift",
-    "bitwise_or",
-    "bitwise_right_shift",
-    "bitwise_xor",
-    "ceil",
-    "copysign",
-    "cos",
-    "cosh",
-    "divide",
-    "equal",
-    "exp",
-    "expm1",
-    "floor",
-    "floor_divide",
-    "greater",
-    "greater_equal",
-    "hypot",
-    "isfinite",
-    "isinf",
-    "isnan",
-    "less",
-    "less_equal",
-    "log",
-    "log1p",
-    "log2",
-    "log10",
-    "logaddexp",
-    "logical_and",
-    "logical_not",
-    "logical_or",
-    "logical_xor",
-    "maximum",
-    "minimum",
-    "multiply",
-    "negative",
-    "nextafter",
-    "not_equal",
-    "positive",
-    "pow",
-    "remainder",
-    "round",
-    "sign",
-    "signbit",
-    "sin",
-    "sinh",
-    "sqrt",
-    "square",
-    "subtract",
-    "tan",
-    "tanh",
-    "trunc",
+    name
+    for group in (UNARY, BINARY, COMPARISON, MATH, MATH_BINARY, PREDICATES, BITWISE)
+    for name in group
+    if name not in ("relu", "sigmoid", "softplus")
 ]
 _REDUCTIONS = ("sum", "mean", "max", "min", "any", "all")
-globals().update({name: getattr(fn, name) for name in (*_ELEMENTWISE, *_REDUCTIONS)})
+globals().update({name: getattr(fn, name) for name in (*_ELEMENTWISE, *_REDUCTIONS, "pow")})
 var, std = statistics.var, statistics.std
 astype, matmul, where = fn.astype, fn.matmul, fn.where
 

@@ -109,6 +109,8 @@ from .functions import (
     update,
     where,
 )
+from .indexing import install_indexing, take
+from .jaxlayer import jnp_errors
 from .jaxlayer.disk_array import DiskArray
 from .jaxlayer.make_op import make_op
 from .statistics import (
@@ -135,6 +137,7 @@ from .train.minibatches import batches
 runtime.configure()
 install_operators()
 install_methods()
+install_indexing()
 array_api.install_namespace()
 _moved.install()
 
@@ -269,4 +272,7 @@ __all__ = [
     "nanmin",
     "nanvar",
     "nanstd",
+    "take",
 ]
+
+jnp_errors.install(name for name in __all__ if callable(globals()[name]))

@@ -30,6 +30,7 @@ __all__ = [
     "StorageAccessError",
     "UnsupportedTransformationError",
     "NotSupportedError",
+    "JaxNumpyArgumentError",
 ]
 
 
@@ -117,6 +118,11 @@ class UnsupportedTransformationError(OocarrError, ValueError):
 class NotSupportedError(OocarrError, NotImplementedError):
     """A function of the Array API standard (or of NumPy) that oocarr does not provide for
     stored arrays; the message says why and what to use instead."""
+
+
+class JaxNumpyArgumentError(OocarrError, TypeError):
+    """A ``jax.numpy`` function was given a ``DiskArray``; the message names the oocarr
+    function that streams the same computation."""
 
 
 class MissingDependencyError(OocarrError, ImportError):

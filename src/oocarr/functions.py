@@ -23,10 +23,8 @@ from oocarr.ops.elementwise import (
 )
 from oocarr.ops.matmul import Matmul
 from oocarr.ops.reductions import LogSumExp, Max, Mean, Min, Sum
-from oocarr.ops.slicing import Slice
 from oocarr.ops.softmax import Softmax
 from oocarr.ops.transpose import Transpose
-from oocarr.store.views import key_region
 
 __all__ = [
     *UNARY,
@@ -361,15 +359,6 @@ _OPERATORS = {
 _UNARY_OPERATORS = {"neg", "abs", "pos", "invert"}
 
 
-_slice = make_op(Slice)
-
-
-def _traced_getitem(x: Any, key: Any) -> Any:
-    """``x[key]`` on a traced ``DiskArray``: a tile-by-tile copy, differentiable."""
-    region = tuple(None if r is None else tuple(r) for r in key_region(key, tuple(x.shape)))
-    return _slice(x, region=region)
-
-
 def _deferring_to_disk(original: Any, ours: Any) -> Any:
     """``original`` (an operator of JAX's in-memory type), but ``ours(x, y)`` when ``y`` is a
     ``DiskArray``: under ``jit`` both are tracers of one Python class, so Python never asks
@@ -388,7 +377,7 @@ def install_operators() -> None:
     """Give ``DiskArray`` (and its traced type) its operators and methods: every arithmetic,
     comparison (elementwise ``==`` and ``!=`` included) and bitwise operator with its
     reflected form, ``abs``, ``divmod``, ``.sum()``, ``.mean()``, ``.max()``, ``.min()``,
-    ``.any()``, ``.all()``, ``.astype()``, ``.T``, ``.update_()`` and ``x[key]`` under ``jit``
+    ``.any()``, ``.all()``, ``.astype()``, ``.T`` and ``.update_()``
     (:func:`oocarr.statistics.install_methods` adds ``.var()`` and ``.std()``).
 
     :mod:`oocarr` calls this once when it is imported; calling it again changes nothing.
@@ -417,7 +406,6 @@ def install_operators() -> None:
     for name, fn in methods.items():
         setattr(DiskArray, name, fn)
         setattr(DiskArrayType, name, jax_core.aval_method(fn))
-    DiskArrayType._getitem = staticmethod(_traced_getitem)
     DiskArray.__bool__ = _truth
     # defining __eq__ would otherwise leave the handle unhashable; handles are identities
     DiskArray.__hash__ = object.__hash__

@@ -30,6 +30,13 @@ Importing oocarr's JAX layer makes one more, in
    ``KeyboardInterrupt``, and filters JAX's log record of those failures.
    Other callbacks' errors are left as JAX reports them.
 
+And importing :mod:`oocarr` itself one more, in :mod:`oocarr.jaxlayer.jnp_errors`:
+
+4. **jax.numpy's argument check names the oocarr function** (``OOCARR_KEEP_JNP_CHECKS=1``
+   leaves JAX alone).  ``jnp.sum(x)`` on a ``DiskArray`` fails in JAX's check that arguments
+   are arrays; the check is wrapped so that this failure, and only it, raises
+   ``oocarr.errors.JaxNumpyArgumentError`` naming ``oocarr.sum``.
+
 Nothing else oocarr does at import reaches outside the package.
 """
 

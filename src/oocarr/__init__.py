@@ -45,6 +45,7 @@ from .functions import (
     bitwise_right_shift,
     bitwise_xor,
     ceil,
+    conj,
     copysign,
     cos,
     cosh,
@@ -57,6 +58,7 @@ from .functions import (
     greater,
     greater_equal,
     hypot,
+    imag,
     install_operators,
     isfinite,
     isinf,
@@ -87,6 +89,7 @@ from .functions import (
     positive,
     pow,
     power,
+    real,
     reciprocal,
     relu,
     remainder,
@@ -273,6 +276,9 @@ __all__ = [
     "nanvar",
     "nanstd",
     "take",
+    "conj",
+    "real",
+    "imag",
 ]
 
 jnp_errors.install(name for name in __all__ if callable(globals()[name]))

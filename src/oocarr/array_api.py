@@ -27,7 +27,7 @@ import numpy as np
 from jax._src import core as jax_core
 
 from oocarr import functions as fn
-from oocarr import statistics
+from oocarr import indexing, statistics
 from oocarr.errors import InvalidArgumentError, NotSupportedError
 from oocarr.jaxlayer.disk_array import DiskArray, DiskArrayType
 from oocarr.ops.elementwise import (
@@ -67,6 +67,7 @@ _REDUCTIONS = ("sum", "mean", "max", "min", "any", "all")
 globals().update({name: getattr(fn, name) for name in (*_ELEMENTWISE, *_REDUCTIONS, "pow")})
 var, std = statistics.var, statistics.std
 astype, matmul, where = fn.astype, fn.matmul, fn.where
+take = indexing.take
 
 
 def permute_dims(x: Any, /, axes: tuple[int, ...]) -> Any:
@@ -124,7 +125,7 @@ def vecdot(x1: Any, x2: Any, /, *, axis: int = -1) -> Any:
     [5.0, 25.0]
     """
     if np.issubdtype(np.dtype(x1.dtype), np.complexfloating):
-        raise NotSupportedError("vecdot of complex arrays: conj is not provided yet")
+        x1 = fn.conj(x1)
     return fn.sum(fn.multiply(x1, x2), axis=axis)
 
 
@@ -310,10 +311,6 @@ NOT_PROVIDED = {
     ),
     "nonzero": "its output shape depends on the data; not built yet",
     "tensordot": "not built yet; oocarr.matmul covers matrix products",
-    "take": "gathers are not built yet; views (x[a:b:step], x[:, None]) are",
-    "conj": "complex conjugation is not built yet",
-    "real": "complex parts are not built yet",
-    "imag": "complex parts are not built yet",
     "cumulative_prod": "not built yet",
 }
 

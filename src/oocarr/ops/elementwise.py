@@ -117,6 +117,9 @@ MATH = {
         "sign",
         "positive",
         "reciprocal",
+        "conj",
+        "real",
+        "imag",
     )
 }
 

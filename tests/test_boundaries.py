@@ -61,6 +61,7 @@ LAYERS = [
             "oocarr.searching",
             "oocarr.creation",
             "oocarr.sets",
+            "oocarr.contraction",
             "oocarr.config",
             "oocarr._moved",
         ],

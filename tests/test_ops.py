@@ -548,3 +548,16 @@ def test_matmul_folded_on_the_host_and_by_xla_matches_numpy(dtype, tmp_path):
     assert got.dtype == np.dtype(dtype)
     tol = {"f4": 1e-4, "c8": 1e-4, "f2": 2e-2, "i4": 0}[dtype]
     np.testing.assert_allclose(got, want.astype(got.dtype), rtol=tol, atol=tol * 50)
+
+
+def test_softmax_of_arrays_of_different_ranks_in_turn():
+    """The default axis -1 is a different axis of a matrix and of a stack: block functions
+    compiled for one are not reused for the other."""
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(4, 6)).astype(np.float32)
+    b = rng.normal(size=(3, 4, 6)).astype(np.float32)
+    with oocarr.memory_budget(4 * 4 * 24):
+        first = oocarr.softmax(oocarr.from_numpy(a))
+        second = oocarr.softmax(oocarr.from_numpy(b))
+    np.testing.assert_allclose(np.asarray(first), jax.nn.softmax(a, axis=-1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(second), jax.nn.softmax(b, axis=-1), rtol=1e-5, atol=1e-6)

@@ -19,9 +19,27 @@ array([4., 5., 6., 7.])
 
 from importlib.metadata import PackageNotFoundError, version
 
-from . import _moved, array_api, errors, optim
+from . import _moved, array_api, errors, manipulation, optim, searching
 from .api import create, from_numpy, open, resolve, save, to_numpy
 from .config import config, memory_budget, set_memory_budget
+from .contraction import einsum, tensordot
+from .creation import (
+    arange,
+    asarray,
+    empty,
+    empty_like,
+    eye,
+    full,
+    full_like,
+    linspace,
+    meshgrid,
+    ones,
+    ones_like,
+    tril,
+    triu,
+    zeros,
+    zeros_like,
+)
 from .engine import runtime
 from .engine.executor import current_executor, executor, set_executor
 from .engine.stats import io_stats
@@ -116,6 +134,33 @@ from .indexing import install_indexing, take
 from .jaxlayer import jnp_errors
 from .jaxlayer.disk_array import DiskArray
 from .jaxlayer.make_op import make_op
+from .manipulation import (
+    broadcast_arrays,
+    broadcast_to,
+    concat,
+    expand_dims,
+    flip,
+    moveaxis,
+    repeat,
+    reshape,
+    roll,
+    squeeze,
+    stack,
+    tile,
+    unstack,
+)
+from .searching import (
+    argmax,
+    argmin,
+    argsort,
+    cumulative_sum,
+    nanargmax,
+    nanargmin,
+    prod,
+    searchsorted,
+    sort,
+)
+from .sets import nonzero, unique_all, unique_counts, unique_inverse, unique_values
 from .statistics import (
     count_nonzero,
     install_methods,
@@ -141,6 +186,8 @@ runtime.configure()
 install_operators()
 install_methods()
 install_indexing()
+manipulation.install_methods()
+searching.install_methods()
 array_api.install_namespace()
 _moved.install()
 
@@ -276,9 +323,57 @@ __all__ = [
     "nanvar",
     "nanstd",
     "take",
+    "tensordot",
+    "einsum",
     "conj",
     "real",
     "imag",
+    # manipulation
+    "broadcast_arrays",
+    "broadcast_to",
+    "concat",
+    "expand_dims",
+    "flip",
+    "moveaxis",
+    "repeat",
+    "reshape",
+    "roll",
+    "squeeze",
+    "stack",
+    "tile",
+    "unstack",
+    # creation
+    "arange",
+    "asarray",
+    "empty",
+    "empty_like",
+    "eye",
+    "full",
+    "full_like",
+    "linspace",
+    "meshgrid",
+    "ones",
+    "ones_like",
+    "tril",
+    "triu",
+    "zeros",
+    "zeros_like",
+    # searching and sorting
+    "argmax",
+    "argmin",
+    "argsort",
+    "cumulative_sum",
+    "nanargmax",
+    "nanargmin",
+    "prod",
+    "searchsorted",
+    "sort",
+    # sets
+    "nonzero",
+    "unique_all",
+    "unique_counts",
+    "unique_inverse",
+    "unique_values",
 ]
 
 jnp_errors.install(name for name in __all__ if callable(globals()[name]))

@@ -26,9 +26,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax._src import core as jax_core
 
+from oocarr import contraction, creation, indexing, manipulation, searching, sets, statistics
 from oocarr import functions as fn
-from oocarr import indexing, statistics
-from oocarr.errors import InvalidArgumentError, NotSupportedError
+from oocarr.errors import InvalidArgumentError, NotProvidedError
 from oocarr.jaxlayer.disk_array import DiskArray, DiskArrayType
 from oocarr.ops.elementwise import (
     BINARY,
@@ -68,6 +68,54 @@ globals().update({name: getattr(fn, name) for name in (*_ELEMENTWISE, *_REDUCTIO
 var, std = statistics.var, statistics.std
 astype, matmul, where = fn.astype, fn.matmul, fn.where
 take = indexing.take
+#: The standard's functions that live in oocarr's other modules, by module.
+_ELSEWHERE = {
+    manipulation: [n for n in manipulation.__all__ if n != "install_methods"],
+    contraction: ("tensordot",),
+    searching: [n for n in searching.__all__ if not n.startswith(("nan", "install"))],
+    creation: (
+        "asarray",
+        "zeros",
+        "ones",
+        "empty",
+        "full",
+        "zeros_like",
+        "ones_like",
+        "empty_like",
+        "full_like",
+        "arange",
+        "linspace",
+        "eye",
+        "meshgrid",
+        "tril",
+        "triu",
+    ),
+    sets: ("unique_all", "unique_counts", "unique_inverse", "unique_values", "nonzero"),
+}
+globals().update({name: getattr(m, name) for m, names in _ELSEWHERE.items() for name in names})
+
+
+def sum(  # noqa: A001
+    x: Any,
+    /,
+    *,
+    axis: int | tuple[int, ...] | None = None,
+    dtype: Any = None,
+    keepdims: builtins.bool = False,
+) -> Any:
+    """Sum over ``axis``, the standard's signature: ``dtype`` casts ``x`` first (fused into the
+    sum under ``jax.jit``).
+
+    Examples
+    --------
+    >>> import numpy as np, oocarr
+    >>> x = oocarr.from_numpy(np.array([200, 100], "u1"))
+    >>> int(sum(x)), float(sum(x, dtype=float32))
+    (300, 300.0)
+    """
+    if dtype is not None and np.dtype(dtype) != np.dtype(x.dtype):
+        x = fn.astype(x, dtype)
+    return fn.sum(x, axis=axis, keepdims=keepdims)
 
 
 def permute_dims(x: Any, /, axes: tuple[int, ...]) -> Any:
@@ -261,63 +309,16 @@ class _Info:
 # ----------------------------------------------------------------------------
 #: The standard's functions this namespace does not provide, each with why and what to use.
 NOT_PROVIDED = {
-    **dict.fromkeys(
-        ("argmax", "argmin", "searchsorted", "cumulative_sum", "prod"),
-        "a streamed version is not built yet; read the array with oocarr.to_numpy where it "
-        "fits in memory",
+    "from_dlpack": (
+        "a DLPack capsule is memory, not storage: use oocarr.from_numpy(np.from_dlpack(x)) "
+        "to store it"
     ),
-    **dict.fromkeys(
-        (
-            "reshape",
-            "expand_dims",
-            "squeeze",
-            "concat",
-            "stack",
-            "flip",
-            "moveaxis",
-            "broadcast_to",
-            "broadcast_arrays",
-            "roll",
-            "tile",
-            "repeat",
-            "unstack",
-        ),
-        "manipulation functions are not built yet; oocarr.transpose and views (x[a:b]) are",
-    ),
-    **dict.fromkeys(
-        (
-            "asarray",
-            "zeros",
-            "ones",
-            "full",
-            "empty",
-            "arange",
-            "linspace",
-            "eye",
-            "zeros_like",
-            "ones_like",
-            "full_like",
-            "empty_like",
-            "meshgrid",
-            "tril",
-            "triu",
-            "from_dlpack",
-        ),
-        "creation into scratch storage is not built yet; use oocarr.from_numpy or oocarr.create",
-    ),
-    **dict.fromkeys(
-        ("sort", "argsort", "unique_all", "unique_counts", "unique_inverse", "unique_values"),
-        "sorting and unique values are not built yet",
-    ),
-    "nonzero": "its output shape depends on the data; not built yet",
-    "tensordot": "not built yet; oocarr.matmul covers matrix products",
-    "cumulative_prod": "not built yet",
 }
 
 
 def __getattr__(name: str) -> Any:
     if name in NOT_PROVIDED:
-        raise NotSupportedError(
+        raise NotProvidedError(
             f"oocarr.array_api.{name} is not provided for stored arrays: {NOT_PROVIDED[name]}"
         )
     raise AttributeError(f"module 'oocarr.array_api' has no attribute {name!r}")
@@ -357,7 +358,20 @@ def install_namespace() -> None:
     DiskArray.__array_namespace__ = array_namespace
     DiskArrayType.__array_namespace__ = jax_core.aval_method(array_namespace)
     DiskArray.mT = property(matrix_transpose, doc=_MT_DOC)
+    DiskArray.device = property(lambda self: "cpu", doc="Where the array is: ``'cpu'``.")
+    DiskArray.to_device = _to_device
     DiskArrayType.mT = jax_core.aval_property(matrix_transpose)
+
+
+def _to_device(self: Any, device: Any, /, *, stream: Any = None) -> Any:
+    """``x`` itself for the CPU (a stored array's only device): ``jax.device_put`` moves a
+    read of it anywhere else."""
+    if device not in ("cpu", None) and getattr(device, "platform", None) != "cpu":
+        raise InvalidArgumentError(
+            f"a DiskArray lives in storage read by the CPU, not on {device!r}: read it with "
+            "oocarr.materialize (under jit) or oocarr.to_numpy, then jax.device_put it"
+        )
+    return self
 
 
 _MT_DOC = """Each matrix of a stack transposed (the last two axes swapped), tile by tile.

@@ -31,6 +31,7 @@ __all__ = [
     "UnsupportedTransformationError",
     "NotSupportedError",
     "JaxNumpyArgumentError",
+    "NotProvidedError",
 ]
 
 
@@ -118,6 +119,12 @@ class UnsupportedTransformationError(OocarrError, ValueError):
 class NotSupportedError(OocarrError, NotImplementedError):
     """A function of the Array API standard (or of NumPy) that oocarr does not provide for
     stored arrays; the message says why and what to use instead."""
+
+
+class NotProvidedError(NotSupportedError, AttributeError):
+    """A function of the Array API standard that ``oocarr.array_api`` does not provide: raised
+    when the namespace is asked for it, so ``hasattr(xp, name)`` is false, as the standard's
+    tests expect of a missing function."""
 
 
 class JaxNumpyArgumentError(OocarrError, TypeError):

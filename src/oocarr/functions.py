@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import builtins
 from typing import Any
 
 import numpy as np
 from jax._src import core as jax_core
 
-from oocarr.errors import InvalidArgumentError
+from oocarr.errors import InvalidArgumentError, ReadOnlyError
 from oocarr.jaxlayer.disk_array import DiskArray, DiskArrayType, is_disk
 from oocarr.jaxlayer.make_op import make_op, materialize, update
 from oocarr.ops.elementwise import (
@@ -22,7 +23,7 @@ from oocarr.ops.elementwise import (
     Where,
 )
 from oocarr.ops.matmul import Matmul
-from oocarr.ops.reductions import LogSumExp, Max, Mean, Min, Sum
+from oocarr.ops.reductions import LogSumExp, Max, Mean, Min, Sum, normalize_axes
 from oocarr.ops.softmax import Softmax
 from oocarr.ops.transpose import Transpose
 
@@ -169,6 +170,7 @@ def max(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = Fals
     >>> float(oocarr.max(oocarr.from_numpy(np.array([1.0, 5.0, 2.0], "f4"))))
     5.0
     """
+    _check_not_empty("max", x, axis)
     return _max(x, axis=axis, keepdims=keepdims)
 
 
@@ -181,7 +183,22 @@ def min(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = Fals
     >>> float(oocarr.min(oocarr.from_numpy(np.array([1.0, 5.0, 2.0], "f4"))))
     1.0
     """
+    _check_not_empty("min", x, axis)
     return _min(x, axis=axis, keepdims=keepdims)
+
+
+def _reduces_nothing(x: Any, axis: int | tuple[int, ...] | None) -> bool:
+    """Whether a reduction of ``x`` over ``axis`` reduces no elements into each output."""
+    axes = normalize_axes(axis, len(x.shape))
+    return builtins.any(x.shape[a] == 0 for a in axes)
+
+
+def _check_not_empty(name: str, x: Any, axis: int | tuple[int, ...] | None) -> None:
+    if _reduces_nothing(x, axis):
+        raise InvalidArgumentError(
+            f"{name} of an array of shape {tuple(x.shape)} over axis {axis!r} reduces no "
+            f"elements, and {name} has no identity"
+        )
 
 
 def logsumexp(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Any:
@@ -206,6 +223,10 @@ def any(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = Fals
     >>> bool(oocarr.any(x)), np.asarray(oocarr.any(x, axis=1)).tolist()
     (True, [True, False])
     """
+    if _reduces_nothing(x, axis):  # a count of nothing: no overflow, and an identity
+        return _globals["not_equal"](
+            _sum(_globals["not_equal"](x, 0), axis=axis, keepdims=keepdims), 0
+        )
     return _max(_globals["not_equal"](x, 0), axis=axis, keepdims=keepdims)
 
 
@@ -219,6 +240,9 @@ def all(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = Fals
     >>> bool(oocarr.all(x)), np.asarray(oocarr.all(x, axis=1)).tolist()
     (False, [True, False])
     """
+    if _reduces_nothing(x, axis):
+        count = _sum(_globals["equal"](x, 0), axis=axis, keepdims=keepdims)
+        return _globals["equal"](count, 0)
     return _min(_globals["not_equal"](x, 0), axis=axis, keepdims=keepdims)
 
 
@@ -315,6 +339,34 @@ def _truth(self: DiskArray) -> bool:
     return bool(np.asarray(self).reshape(()))
 
 
+def _scalar(self: DiskArray, convert: type) -> Any:
+    """``int(x)``, ``float(x)``, ``complex(x)`` of a one-element array (read from storage)."""
+    if self.size != 1:
+        raise InvalidArgumentError(
+            f"only a one-element array converts to a Python {convert.__name__}; {self!r} has "
+            f"{self.size} elements"
+        )
+    return convert(np.asarray(self).reshape(()).item())
+
+
+def _index(self: DiskArray) -> int:
+    """``operator.index(x)`` of a one-element integer array, as NumPy's."""
+    if np.dtype(self.dtype).kind not in "iu":
+        raise TypeError(f"only integer arrays can be used as an index, got {self.dtype}")
+    return _scalar(self, int)
+
+
+def _setitem(self: DiskArray, key: Any, value: Any) -> None:
+    """``x[key] = value`` for basic keys, into storage the user opened for writing; arrays ops
+    made are immutable, as JAX's are."""
+    if self.store.readonly:
+        raise ReadOnlyError(
+            f"{self!r} is read-only: assign into an array opened with mode='r+' (or made with "
+            "oocarr.create), or make a new one with oocarr.where / x.update_(...)"
+        )
+    self.store[key] = np.asarray(value)
+
+
 _OPERATORS = {
     "add": _globals["add"],
     "radd": _swap(_globals["add"]),
@@ -407,6 +459,11 @@ def install_operators() -> None:
         setattr(DiskArray, name, fn)
         setattr(DiskArrayType, name, jax_core.aval_method(fn))
     DiskArray.__bool__ = _truth
+    DiskArray.__setitem__ = _setitem
+    DiskArray.__int__ = lambda self: _scalar(self, int)
+    DiskArray.__float__ = lambda self: _scalar(self, float)
+    DiskArray.__complex__ = lambda self: _scalar(self, complex)
+    DiskArray.__index__ = _index
     # defining __eq__ would otherwise leave the handle unhashable; handles are identities
     DiskArray.__hash__ = object.__hash__
     for name, fn in _OPERATORS.items():

@@ -117,7 +117,9 @@ class Op:
     @property
     def block_key(self) -> tuple:
         """What the jitted block functions depend on; calls that share it share compilations."""
-        shapes = self.in_shapes if self.shape_dependent else ()
+        # the inputs' ranks always count: an op's block functions use axes normalized by them
+        # (softmax's default axis -1 is 1 of a matrix and 2 of a stack)
+        shapes = self.in_shapes if self.shape_dependent else tuple(map(len, self.in_shapes))
         return (type(self), shapes, tuple(sorted(self.params.items())))
 
 

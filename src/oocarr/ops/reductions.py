@@ -94,7 +94,9 @@ class Sum(BlockParallelOp):
             if i in self.axes:
                 if keep:
                     next(kept)
-                per_axis.append((n, in_tile[i]))
+                # an empty axis still makes one step (of an empty block), so the tile is
+                # the reduction's identity, as NumPy's sum of nothing is zero
+                per_axis.append((n, in_tile[i]) if n else (slice(0, 0),))
             else:
                 per_axis.append((next(kept),))
         for region in _tiles(per_axis):

@@ -17,10 +17,11 @@ source scripts/venv.sh "[test]" >/dev/null
 VENV="$(cd "$VENV" && pwd)"
 "$VENV/bin/python" -m pip install --quiet -r "$SUITE/requirements.txt"
 cd "$SUITE"
+PYTHONPATH="$HERE/scripts${PYTHONPATH:+:$PYTHONPATH}" \
 ARRAY_API_TESTS_MODULE=oocarr.array_api \
 ARRAY_API_TESTS_VERSION=2023.12 \
 ARRAY_API_TESTS_SKIP_DTYPES=uint64,int64,float64,complex128 \
-  "$VENV/bin/python" -m pytest array_api_tests -p no:cacheprovider \
+  "$VENV/bin/python" -m pytest array_api_tests -p no:cacheprovider -p array_api_tests_settings \
     --skips-file "$HERE/scripts/array_api_skips.txt" \
     --disable-extension linalg --disable-extension fft \
-    --disable-deadline "$@"
+    --disable-deadline --derandomize "$@"

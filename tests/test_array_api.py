@@ -6,6 +6,7 @@ from __future__ import annotations
 import pathlib
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -203,3 +204,34 @@ def test_reductions_over_any_shape_axes_and_dtype_match_numpy(case, seed):
     want = reference(a, axis=axis, keepdims=keepdims, **numpy_extra)
     np.testing.assert_allclose(got, want, rtol=1e-5)
     assert got.shape == np.shape(want)
+
+
+def test_python_scalars_are_weak_as_in_jax():
+    u8 = oocarr.from_numpy(np.array([250, 2], "u1"))
+    f16 = oocarr.from_numpy(np.array([1.5], "f2"))
+    for got, want in [
+        (u8 + 10, jnp.asarray(np.array([250, 2], "u1")) + 10),
+        (u8 // 3, jnp.asarray(np.array([250, 2], "u1")) // 3),
+        (f16 * 2.0, jnp.asarray(np.array([1.5], "f2")) * 2.0),
+        (u8 * 2.5, jnp.asarray(np.array([250, 2], "u1")) * 2.5),
+    ]:
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    assert jax.jit(lambda x: x + 10)(u8).dtype == np.uint8
+
+
+def test_standard_signatures_and_results():
+    xp = oocarr.array_api
+    i8 = oocarr.from_numpy(np.array([-1, 5, 7], "i1"))
+    assert xp.sum(i8, dtype=xp.uint16).dtype == np.uint16
+    assert int(xp.sum(i8, dtype=xp.uint16)) == int(np.sum(np.array([-1, 5, 7], "i1"), dtype="u2"))
+    u8 = oocarr.from_numpy(np.arange(6, dtype="u1").reshape(2, 3))
+    assert xp.vecdot(u8, u8).dtype == np.uint8
+    with pytest.raises(errors.ShapeMismatchError, match="does not broadcast"):
+        xp.vecdot(u8, oocarr.from_numpy(np.ones((2, 1), "u1")))
+    empty = xp.tensordot(oocarr.from_numpy(np.zeros((0, 3), "f4")), np.ones((3, 2), "f4"), axes=1)
+    assert empty.shape == (0, 2)
+    info = xp.finfo(xp.float32)
+    assert isinstance(info.eps, float) and info.eps == np.finfo(np.float32).eps
+    assert xp.finfo(xp.complex64).dtype == np.float32
+    assert xp.expand_dims(u8, 1).shape == (2, 1, 3)  # axis positional, as 2023.12 has it

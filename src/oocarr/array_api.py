@@ -20,7 +20,7 @@ from __future__ import annotations
 import builtins
 import math
 import sys
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
@@ -28,7 +28,7 @@ from jax._src import core as jax_core
 
 from oocarr import contraction, creation, indexing, manipulation, searching, sets, statistics
 from oocarr import functions as fn
-from oocarr.errors import InvalidArgumentError, NotProvidedError
+from oocarr.errors import InvalidArgumentError, NotProvidedError, ShapeMismatchError
 from oocarr.jaxlayer.disk_array import DiskArray, DiskArrayType
 from oocarr.ops.elementwise import (
     BINARY,
@@ -113,9 +113,16 @@ def sum(  # noqa: A001
     >>> int(sum(x)), float(sum(x, dtype=float32))
     (300, 300.0)
     """
-    if dtype is not None and np.dtype(dtype) != np.dtype(x.dtype):
+    if dtype is None:
+        return fn.sum(x, axis=axis, keepdims=keepdims)
+    if np.dtype(dtype) != np.dtype(x.dtype):
         x = fn.astype(x, dtype)
-    return fn.sum(x, axis=axis, keepdims=keepdims)
+    out = fn.sum(x, axis=axis, keepdims=keepdims)
+    if np.dtype(out.dtype) == np.dtype(dtype):
+        return out
+    # JAX sums small integers in 32 bits; the standard wants the dtype asked for, which the
+    # wider sum gives modulo its range, as a sum in that dtype would
+    return fn.astype(out, dtype) if isinstance(out, DiskArray) else jnp.asarray(out, dtype)
 
 
 def permute_dims(x: Any, /, axes: tuple[int, ...]) -> Any:
@@ -172,9 +179,25 @@ def vecdot(x1: Any, x2: Any, /, *, axis: int = -1) -> Any:
     >>> np.asarray(vecdot(a, a)).tolist()
     [5.0, 25.0]
     """
+    n1, n2 = _axis_length(x1, axis), _axis_length(x2, axis)
+    if n1 != n2:
+        raise ShapeMismatchError(
+            f"vecdot: axis {axis} has {n1} elements in x1 {tuple(x1.shape)} and {n2} in x2 "
+            f"{tuple(x2.shape)}; they must be equal (that axis does not broadcast)"
+        )
     if np.issubdtype(np.dtype(x1.dtype), np.complexfloating):
         x1 = fn.conj(x1)
-    return fn.sum(fn.multiply(x1, x2), axis=axis)
+    dtype = result_type(x1, x2)
+    return sum(fn.multiply(x1, x2), axis=axis, dtype=dtype)
+
+
+def _axis_length(x: Any, axis: int) -> int:
+    if not -len(x.shape) <= axis < 0:
+        raise InvalidArgumentError(
+            f"vecdot: axis must be negative and within the {len(x.shape)} axes of "
+            f"{tuple(x.shape)}, got {axis}"
+        )
+    return x.shape[axis]
 
 
 # ----------------------------------------------------------------------------
@@ -209,15 +232,35 @@ def can_cast(from_: Any, to: Any, /) -> bool:
     return builtins.bool(np.can_cast(_dtype_of(from_), np.dtype(to), casting="safe"))
 
 
-def finfo(type: Any, /) -> np.finfo:  # noqa: A002
-    """Machine limits of a floating dtype (NumPy's ``finfo``).
+class FInfo(NamedTuple):
+    """A floating dtype's limits, as the standard gives them: Python numbers and the dtype
+    (the real one, for a complex dtype)."""
+
+    bits: int
+    eps: float
+    max: float
+    min: float
+    smallest_normal: float
+    dtype: np.dtype
+
+
+def finfo(type: Any, /) -> FInfo:  # noqa: A002
+    """Machine limits of a floating dtype (NumPy's, as Python numbers).
 
     Examples
     --------
-    >>> float(finfo(float32).eps)
-    1.1920928955078125e-07
+    >>> finfo(float32).eps, finfo(complex64).dtype
+    (1.1920928955078125e-07, dtype('float32'))
     """
-    return np.finfo(_dtype_of(type))
+    info = np.finfo(_dtype_of(type))
+    return FInfo(
+        int(info.bits),
+        float(info.eps),
+        float(info.max),
+        float(info.min),
+        float(info.smallest_normal),
+        np.dtype(info.dtype),
+    )
 
 
 def iinfo(type: Any, /) -> np.iinfo:  # noqa: A002

@@ -14,8 +14,10 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import jax.numpy as jnp
+
+from oocarr import creation, manipulation
 from oocarr import functions as fn
-from oocarr import manipulation
 from oocarr.errors import InvalidArgumentError, NotSupportedError, ShapeMismatchError
 
 __all__ = ["tensordot", "einsum"]
@@ -49,10 +51,14 @@ def _contract(
     m = math.prod(a.shape[i] for i in free_a)
     k = math.prod(a.shape[i] for i in sum_a)
     n = math.prod(b.shape[i] for i in free_b)
+    shape = [*sizes, *(a.shape[i] for i in free_a), *(b.shape[i] for i in free_b)]
+    if 0 in (m, n, *sizes) or k == 0:
+        # nothing to multiply (the streamed matmul needs elements): zeros, as a sum of nothing
+        dtype = jnp.result_type(a.dtype, b.dtype)
+        return creation.zeros(tuple(shape), dtype=dtype), free_a, free_b
     left = _reshaped(_permuted(a, [*batch_a, *free_a, *sum_a]), [*sizes, m, k])
     right = _reshaped(_permuted(b, [*batch_b, *sum_b, *free_b]), [*sizes, k, n])
     out = fn.matmul(left, right)
-    shape = [*sizes, *(a.shape[i] for i in free_a), *(b.shape[i] for i in free_b)]
     return _reshaped(out, shape), free_a, free_b
 
 

@@ -122,8 +122,7 @@ class Forward(VJPHiPrimitive):
         self.site = call_site(op.name)
         self.fresh_output = out_aval is None
         if out_aval is None:
-            structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in in_avals]
-            dtype = op.result_dtype(*structs)
+            dtype = op.result_dtype(*map(_struct, in_avals))
             shape = op.output_shape
             out_aval = (
                 ShapedArray(shape, dtype)
@@ -277,7 +276,7 @@ def _fused_call(op: Any, args: tuple, avals: tuple) -> FusedForward | None:
     held: list[Any] = []  # the slots' values, in argument order
     leaves = [_leaf(aval, arg, held, token) for arg, aval in zip(args, avals)]
     slots = tuple(i for i, leaf in enumerate(leaves) if "slot" in leaf.spec)
-    dtype = np.dtype(op.result_dtype(*(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals)))
+    dtype = np.dtype(op.result_dtype(*map(_struct, avals)))
     locator = fused.fused_locator(type(op), leaves, op.output_shape, dtype)
     out_aval = DiskArrayType(op.output_shape, dtype, locator)
     return FusedForward(op, avals, out_aval, slots, token)
@@ -455,6 +454,12 @@ class Backward(VJPHiPrimitive):
             "second-order gradients of oocarr ops are not supported; differentiate once, "
             "or materialize the inputs (oocarr.materialize) to use jax.numpy"
         )
+
+
+def _struct(aval: Any) -> jax.ShapeDtypeStruct:
+    """An input's type for working out an op's result dtype: a Python scalar's weak type kept,
+    so ``uint8_array + 3`` stays uint8, as in JAX."""
+    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=getattr(aval, "weak_type", False))
 
 
 def _as_argument(x: Any) -> Any:

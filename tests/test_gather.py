@@ -73,6 +73,16 @@ def test_boolean_masks_match_numpy():
     np.testing.assert_array_equal(np.asarray(grad), np.broadcast_to(mask[..., None], a.shape))
 
 
+def test_zero_dimensional_masks_add_an_axis_as_in_numpy():
+    a = data((2, 3))
+    x = oocarr.from_numpy(a)
+    for key in [np.True_, np.False_, (Ellipsis, np.True_), (0, np.False_), True, (0, True, 1)]:
+        want = a[key]
+        got = x[key]
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(np.asarray(got), want)
+
+
 def test_masks_under_jit_that_are_not_known_when_tracing_are_refused():
     x = oocarr.from_numpy(data())
     mask = oocarr.from_numpy(data() > 0)

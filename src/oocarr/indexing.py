@@ -131,6 +131,24 @@ def _mask_positions(mask: Any, traced: bool) -> np.ndarray:
     return found[np.lexsort(found.T[::-1])] if len(found) else found
 
 
+def _scalar_mask(x: Any, keys: tuple, at: int, mask: Any, traced: bool) -> Any:
+    """``x[..., True, ...]`` adds an axis of length one there, ``False`` one of length zero,
+    as NumPy does."""
+    if isinstance(mask, jax_core.Tracer) or (traced and is_disk(mask)):
+        raise NotSupportedError(
+            "indexing with a 0-d boolean array under jax.jit: the result's shape depends on its "
+            "value; use oocarr.where, or index outside jit"
+        )
+    y = _basic(x, keys[:at] + (None,) + keys[at + 1 :], traced)
+    if bool(np.asarray(mask)):
+        return y
+    axis = sum(1 for k in keys[:at] if k is None or isinstance(k, slice))
+    if Ellipsis in keys[:at]:
+        consumed = sum(k is not None and k is not Ellipsis for k in keys) - 1
+        axis += len(x.shape) - consumed
+    return _basic(y, (slice(None),) * axis + (slice(0, 0),) + (Ellipsis,), traced)
+
+
 def getitem(x: Any, key: Any, traced: bool = False) -> Any:
     """``x[key]`` for any NumPy key oocarr supports (see the module's docstring).
 
@@ -156,11 +174,9 @@ def getitem(x: Any, key: Any, traced: bool = False) -> Any:
     at = arrays[0]
     index = keys[at]
     mask = _is_bool(index)
-    if isinstance(index, (bool, np.bool_)):
-        raise NotSupportedError("indexing with a Python bool: use x[None] or a boolean array")
     depth = len(np.shape(index)) if mask else 1
     if mask and depth == 0:
-        raise NotSupportedError("indexing with a 0-d boolean array: use x[None] or a mask")
+        return _scalar_mask(x, keys, at, index, traced)
     ndim = len(x.shape)
     consumed = sum(k is not None and k is not Ellipsis for k in keys) - 1 + depth
     if consumed > ndim:

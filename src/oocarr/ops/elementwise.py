@@ -123,6 +123,15 @@ MATH = {
     )
 }
 
+
+def _sign(x):
+    """``jnp.sign`` with ``sign(-0.0) == +0.0``, as NumPy and the Array API give (XLA keeps
+    the zero's sign)."""
+    return jnp.where(x == 0, jnp.zeros((), x.dtype), jnp.sign(x))
+
+
+MATH["sign"] = _op("sign", _sign)
+
 MATH_BINARY = {
     name: _op(name, getattr(jnp, name))
     for name in (

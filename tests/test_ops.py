@@ -13,6 +13,7 @@ import pytest
 import oocarr
 from oocarr import errors
 from oocarr.ops.elementwise import BINARY, UNARY
+from stored_arrays import skip_slow
 
 # small enough that every shape below is cut into several uneven tiles
 BUDGET = 4 * 4 * 24
@@ -58,8 +59,9 @@ def test_unary_forward_and_gradient(backend, budget):
 
 
 def skip_s3(backend):
-    if backend.id == "fsspec-s3":
-        pytest.skip("the fsspec driver is covered on memory:// and local disk; S3 is slow here")
+    """Skip both S3 backends: the fsspec driver (sharded too) is covered on memory:// and
+    local disk, and S3's round trips per tile took 11 s per reduction test here."""
+    skip_slow(backend)
 
 
 @pytest.mark.parametrize("name", sorted(BINARY))

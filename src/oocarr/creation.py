@@ -62,7 +62,8 @@ from oocarr.store import pages
 from oocarr.store.blocked import BlockedArray
 from oocarr.store.scratch import scratch_locator
 
-__all__ = [
+#: The Array API's creation functions this module gives (the rest of ``__all__`` are helpers).
+FUNCTIONS = (
     "asarray",
     "zeros",
     "ones",
@@ -78,6 +79,10 @@ __all__ = [
     "meshgrid",
     "tril",
     "triu",
+)
+
+__all__ = [
+    *FUNCTIONS,
     "default_dtype",
     "write_scratch",
     "plan_tile",

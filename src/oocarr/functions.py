@@ -9,7 +9,7 @@ import numpy as np
 from jax._src import core as jax_core
 
 from oocarr.errors import InvalidArgumentError, ReadOnlyError
-from oocarr.jaxlayer.disk_array import DiskArray, DiskArrayType, is_disk
+from oocarr.jaxlayer.disk_array import DiskArray, DiskArrayType, add_methods, is_disk
 from oocarr.jaxlayer.make_op import make_op, materialize, update
 from oocarr.ops.elementwise import (
     BINARY,
@@ -455,9 +455,7 @@ def install_operators() -> None:
         "transpose": transpose,
         "update_": update,
     }
-    for name, fn in methods.items():
-        setattr(DiskArray, name, fn)
-        setattr(DiskArrayType, name, jax_core.aval_method(fn))
+    add_methods(methods)
     DiskArray.__bool__ = _truth
     DiskArray.__setitem__ = _setitem
     DiskArray.__int__ = lambda self: _scalar(self, int)

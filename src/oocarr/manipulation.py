@@ -28,7 +28,7 @@ from jax._src import core as jax_core
 
 from oocarr import functions as fn
 from oocarr.errors import InvalidArgumentError, NotSupportedError, ShapeMismatchError
-from oocarr.jaxlayer.disk_array import DiskArray, DiskArrayType
+from oocarr.jaxlayer.disk_array import DiskArray, add_methods
 from oocarr.jaxlayer.make_op import make_op
 from oocarr.ops.broadcast import BroadcastTo
 from oocarr.ops.concat import Concat
@@ -617,6 +617,4 @@ def install_methods() -> None:
     >>> x.reshape(-1, 2).shape, x.reshape((3, 2)).shape, x.squeeze().shape
     ((3, 2), (3, 2), (6,))
     """
-    for name, method in {"reshape": _reshape_method, "squeeze": _squeeze_method}.items():
-        setattr(DiskArray, name, method)
-        setattr(DiskArrayType, name, jax_core.aval_method(method))
+    add_methods({"reshape": _reshape_method, "squeeze": _squeeze_method})

@@ -18,7 +18,7 @@ from jax._src import core as jax_core
 
 from oocarr import functions as fn
 from oocarr.errors import InvalidArgumentError
-from oocarr.jaxlayer.disk_array import DiskArray, DiskArrayType
+from oocarr.jaxlayer.disk_array import add_methods
 from oocarr.jaxlayer.make_op import make_op
 from oocarr.ops.cumulative import CumulativeSum
 from oocarr.ops.prod import Prod
@@ -355,6 +355,4 @@ def install_methods() -> None:
     >>> int(x.argmax()), np.asarray(x.argmin(axis=1)).tolist(), float(x.prod())
     (1, [0, 1], 30.0)
     """
-    for name, method in {"argmax": argmax, "argmin": argmin, "prod": prod}.items():
-        setattr(DiskArray, name, method)
-        setattr(DiskArrayType, name, jax_core.aval_method(method))
+    add_methods({"argmax": argmax, "argmin": argmin, "prod": prod})

@@ -16,11 +16,10 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax._src import core as jax_core
 
 from oocarr import functions as fn
 from oocarr.errors import InvalidArgumentError
-from oocarr.jaxlayer.disk_array import DiskArray, DiskArrayType
+from oocarr.jaxlayer.disk_array import add_methods
 from oocarr.ops.reductions import normalize_axes
 
 __all__ = [
@@ -253,6 +252,4 @@ def install_methods() -> None:
     >>> float(oocarr.from_numpy(np.array([1.0, 3.0], "f4")).var())
     1.0
     """
-    for name, method in {"var": var, "std": std}.items():
-        setattr(DiskArray, name, method)
-        setattr(DiskArrayType, name, jax_core.aval_method(method))
+    add_methods({"var": var, "std": std})

@@ -42,6 +42,7 @@ __all__ = [
     "allow_writes",
     "is_writable",
     "register_vspace",
+    "add_methods",
 ]
 
 #: dtype of the scalar marker a DiskArray lowers to under tracing.
@@ -433,3 +434,19 @@ class DiskArray:
 
 
 register_hitype(DiskArray, lambda x: x.aval)
+
+
+def add_methods(methods: dict[str, Callable[..., Any]]) -> None:
+    """Give ``DiskArray`` and its traced type (through ``jax_core.aval_method``) each of
+    ``methods``, called with the array first.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarr
+    >>> add_methods({"first": lambda x: x[0]})
+    >>> float(oocarr.from_numpy(np.array([3.0, 4.0])).first())
+    3.0
+    """
+    for name, method in methods.items():
+        setattr(DiskArray, name, method)
+        setattr(DiskArrayType, name, jax_core.aval_method(method))

@@ -91,3 +91,11 @@ def test_contraction_errors_name_the_problem():
         oocarr.einsum("ij->i", x)
     with pytest.raises(errors.ShapeMismatchError, match="differ"):
         oocarr.tensordot(x, oocarr.from_numpy(C), axes=([1], [0]))
+
+
+def test_products_with_no_elements_match_numpy():
+    for a, b in [((0, 2), (2, 3)), ((2, 0), (0, 3)), ((1,), (1, 1, 0)), ((3, 2), (2, 0))]:
+        x, y = np.ones(a, np.float32), np.ones(b, np.float32)
+        got = oocarr.matmul(oocarr.from_numpy(x), oocarr.from_numpy(y))
+        assert got.shape == np.matmul(x, y).shape
+        np.testing.assert_array_equal(np.asarray(got), np.matmul(x, y))

@@ -103,6 +103,8 @@ class Matmul(BlockParallelOp):
     def buffers(self, out_tile, in_blocks, stored, host=False) -> list[tuple[str, int, int]]:
         """What :meth:`plan` counts: three output-tile buffers and three panels of each side
         (folded by the host BLAS: two of each)."""
+        if len(in_blocks) < 2:  # an empty product has no tiles, and reads nothing
+            in_blocks = [(0,), (0,)]
         if host:
             return [
                 ("accumulator and finished tile", 2, math.prod(out_tile)),

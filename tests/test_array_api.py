@@ -187,7 +187,7 @@ def _reduction_case(draw):
     return shape, name, axis, dtype, keepdims
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25, deadline=None, derandomize=True)
 @given(case=_reduction_case(), seed=st.integers(0, 2**16))
 def test_reductions_over_any_shape_axes_and_dtype_match_numpy(case, seed):
     shape, name, axis, dtype, keepdims = case
@@ -202,8 +202,9 @@ def test_reductions_over_any_shape_axes_and_dtype_match_numpy(case, seed):
     if name == "var" and (a.size if axis is None else np.prod([shape[i] for i in axis])) < 2:
         return  # NumPy warns and divides by zero or less
     want = reference(a, axis=axis, keepdims=keepdims, **numpy_extra)
-    np.testing.assert_allclose(got, want, rtol=1e-5)
     assert got.shape == np.shape(want)
+    # compared as floats: a difference of unsigned integers would wrap around
+    np.testing.assert_allclose(got.astype(np.float64), np.asarray(want, np.float64), rtol=1e-5)
 
 
 def test_python_scalars_are_weak_as_in_jax():

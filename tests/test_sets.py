@@ -99,7 +99,7 @@ def test_unique_of_empty_and_0d_arrays():
     same(scalar.inverse_indices, np.array(0, np.int32))
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=20, deadline=None, derandomize=True)
 @given(
     shape=st.lists(st.integers(1, 7), min_size=1, max_size=3),
     density=st.floats(0.0, 1.0),

@@ -18,3 +18,11 @@ def skip_slow(backend) -> None:
     covered on memory:// and local disk)."""
     if backend.id.startswith("fsspec-s3"):
         pytest.skip("the fsspec driver is covered on memory:// and local disk; S3 is slow here")
+
+
+def same(got, want, tol: float = 1e-5) -> None:
+    """``got`` has ``want``'s shape and dtype, and its values within ``tol`` (NaNs equal)."""
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape, (got.shape, want.shape)
+    assert got.dtype == want.dtype, (got.dtype, want.dtype)
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)

@@ -14,7 +14,7 @@ import pytest
 import oocarr
 from oocarr import errors
 from oocarr.ops.elementwise import BITWISE, MATH, MATH_BINARY, PREDICATES
-from stored_arrays import skip_slow, stored
+from stored_arrays import same, skip_slow, stored
 
 BUDGET = 4 * 4 * 24
 
@@ -36,13 +36,6 @@ NO_GRADIENT = {"floor", "ceil", "round", "trunc", "sign", "nextafter"}
 def values(shape, name="", seed=0):
     lo, hi = DOMAIN.get(name, (-3.0, 3.0))
     return np.random.default_rng(seed).uniform(lo, hi, shape).astype(np.float32)
-
-
-def same(got, want, tol=1e-5):
-    got, want = np.asarray(got), np.asarray(want)
-    assert got.shape == want.shape, (got.shape, want.shape)
-    assert got.dtype == want.dtype, (got.dtype, want.dtype)
-    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
 
 
 def test_unary_math_functions_match_numpy(backend):

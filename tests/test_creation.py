@@ -15,16 +15,15 @@ import pytest
 import oocarr
 from oocarr import creation as xc
 from oocarr import errors
+from stored_arrays import same as same_within
 from stored_arrays import skip_slow, stored
 
 BUDGET = 4 * 4 * 24
 
 
 def same(got, want, tol=0.0):
-    got, want = np.asarray(got), np.asarray(want)
-    assert got.shape == want.shape, (got.shape, want.shape)
-    assert got.dtype == want.dtype, (got.dtype, want.dtype)
-    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    """Shape, dtype and values, exactly unless told a tolerance."""
+    same_within(got, want, tol)
 
 
 def values(shape, seed=0):

@@ -14,20 +14,13 @@ from hypothesis import strategies as st
 import oocarr
 from oocarr import errors
 from oocarr import manipulation as mp
-from stored_arrays import skip_slow, stored
+from stored_arrays import same, skip_slow, stored
 
 BUDGET = 4 * 4 * 24
 
 
 def values(shape, seed=0, dtype="f4"):
     return np.random.default_rng(seed).uniform(-3, 3, shape).astype(dtype)
-
-
-def same(got, want, tol=1e-5):
-    got, want = np.asarray(got), np.asarray(want)
-    assert got.shape == want.shape, (got.shape, want.shape)
-    assert got.dtype == want.dtype, (got.dtype, want.dtype)
-    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
 
 
 # -- every driver: the three ops that copy ---------------------------------------------------

@@ -15,7 +15,7 @@ import pytest
 import oocarr
 from oocarr import errors, searching
 from oocarr.ops.sorting import Sort
-from stored_arrays import skip_slow, stored
+from stored_arrays import same, skip_slow, stored
 
 #: Twelve float32 elements per tile for the reductions: (7, 5) and (9, 6, 5) span many tiles.
 BUDGET = 4 * 4 * 24
@@ -34,13 +34,6 @@ def along(*, none=True):
 def reference_grad(f, a):
     """``jax.grad(f)(a)``, jitted (JAX's product gradient takes seconds op by op)."""
     return jax.jit(jax.grad(f))(jnp.asarray(a))
-
-
-def same(got, want, tol=1e-5):
-    got, want = np.asarray(got), np.asarray(want)
-    assert got.shape == want.shape, (got.shape, want.shape)
-    assert got.dtype == want.dtype, (got.dtype, want.dtype)
-    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
 
 
 def ties(shape, seed=0, nans=True):

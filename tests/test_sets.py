@@ -13,16 +13,15 @@ from hypothesis import strategies as st
 import oocarr
 from oocarr import errors
 from oocarr import sets as xs
+from stored_arrays import same as same_within
 from stored_arrays import skip_slow, stored
 
 BUDGET = 4 * 4 * 24
 
 
-def same(got, want):
-    got, want = np.asarray(got), np.asarray(want)
-    assert got.shape == want.shape, (got.shape, want.shape)
-    assert got.dtype == want.dtype, (got.dtype, want.dtype)
-    np.testing.assert_array_equal(got, want)
+def same(got, want, tol=0.0):
+    """Shape, dtype and values, exactly unless told a tolerance."""
+    same_within(got, want, tol)
 
 
 def numpy_unique(a):

@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 import numbers
 import operator
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -86,7 +86,6 @@ __all__ = [
     "default_dtype",
     "write_scratch",
     "plan_tile",
-    "tile_regions",
 ]
 
 Region = tuple[slice, ...]
@@ -257,7 +256,7 @@ def _write_tiles(
     )
     counts = IOCounts(calls=1)
     counts.project(projection.nbytes)
-    regions = tile_regions(store.shape, tile)
+    regions = pages.tile_regions(store.shape, tile)
 
     def write(_: Any, region: Region, block: np.ndarray) -> None:
         store.write_region(region, block)
@@ -313,22 +312,6 @@ def plan_tile(
         except BudgetTooSmallError:
             pass
     return plan.chunk_tile(name, shape, element_bytes, budget, buffers, url=url)
-
-
-def tile_regions(shape: tuple[int, ...], tile: tuple[int, ...]) -> Iterator[Region]:
-    """The regions of an array of ``shape`` cut in ``tile``s, in C order (none when it is
-    empty, ``()`` alone for a 0-d one).
-
-    Examples
-    --------
-    >>> [r[0] for r in tile_regions((5,), (2,))]
-    [slice(0, 2, None), slice(2, 4, None), slice(4, 5, None)]
-    """
-    if math.prod(shape) == 0:
-        return
-    grid = pages.grid_shape(shape, tile)
-    for index in np.ndindex(*grid) if grid else [()]:
-        yield pages.block_region(index, tile, shape)
 
 
 def _axis_indices(region: Region, axis: int, ndim: int) -> np.ndarray:

@@ -40,12 +40,13 @@ import numpy as np
 from jax._src import core as jax_core
 
 from oocarr.api import from_numpy
-from oocarr.creation import default_dtype, plan_tile, tile_regions, write_scratch
+from oocarr.creation import default_dtype, plan_tile, write_scratch
 from oocarr.engine.io import WriteBehind, stream_read
 from oocarr.engine.stats import IOCounts, call_site, record
 from oocarr.errors import InvalidArgumentError, NotSupportedError
 from oocarr.jaxlayer.callbacks import create_store, is_traced, open_store
 from oocarr.jaxlayer.disk_array import DiskArray, is_disk
+from oocarr.store import pages
 from oocarr.store.blocked import BlockedArray
 from oocarr.store.scratch import scratch_locator
 
@@ -239,7 +240,7 @@ def _scan(x: Any, name: str, first: bool = False, nan_positions: bool = False) -
     uniques = _Uniques(dtype, first, nan_positions)
     counts = IOCounts(calls=1)
     try:
-        for region, block in stream_read(src, tile_regions(shape, tile), counts):
+        for region, block in stream_read(src, pages.tile_regions(shape, tile), counts):
             counts.tiles += 1
             flat = _flat_indices(region, shape) if uniques.nan_positions else None
             uniques.add(np.asarray(block), flat)
@@ -432,7 +433,7 @@ def nonzero(x: Any, /) -> tuple[DiskArray, ...]:
     dtype = _index_dtype(math.prod(shape))
     # the block, its mask, and np.nonzero's int64 indices with their cast copies
     tile = _tile(src, "nonzero", np.dtype(src.dtype).itemsize + 1 + 16 * ndim, contiguous=True)
-    regions = list(tile_regions(shape, tile))
+    regions = list(pages.tile_regions(shape, tile))
     counts = IOCounts(calls=1)
     try:
         found = [int(np.count_nonzero(block)) for _, block in stream_read(src, regions, counts)]

@@ -285,9 +285,7 @@ class BlockParallelOp(Op):
 
     def out_regions(self, plan: Plan) -> Iterator[Region]:
         """Every output tile's region, in C order."""
-        grid = pages.grid_shape(self.output_shape, plan.out_tile)
-        for index in np.ndindex(*grid) if grid else [()]:
-            yield pages.block_region(index, plan.out_tile, self.output_shape)
+        return pages.tile_regions(self.output_shape, plan.out_tile)
 
 
 class Reader(Protocol):

@@ -642,9 +642,7 @@ class CustomRun(RunTools):
     @staticmethod
     def regions(shape: tuple[int, ...], tile: tuple[int, ...]) -> Iterator[Region]:
         """The regions of ``shape`` cut in ``tile``s, in C order."""
-        grid = pages.grid_shape(shape, tile)
-        for index in np.ndindex(*grid) if grid else [()]:
-            yield pages.block_region(index, tile, shape)
+        return pages.tile_regions(shape, tile)
 
     # -- output -----------------------------------------------------------
     def write(self, region: Region, tile: np.ndarray) -> None:

@@ -22,6 +22,7 @@ __all__ = [
     "grow_block",
     "grid_shape",
     "block_region",
+    "tile_regions",
     "region_shape",
     "common_block",
 ]
@@ -139,6 +140,21 @@ def block_region(
     (slice(8, 10, None), slice(0, 7, None))
     """
     return tuple(slice(i * b, min((i + 1) * b, s)) for i, b, s in zip(index, block, shape))
+
+
+def tile_regions(shape: Sequence[int], tile: Sequence[int]) -> Iterator[tuple[slice, ...]]:
+    """The regions of an array of ``shape`` cut in ``tile``s, in C order (none when it has no
+    elements, ``()`` alone for a 0-d one).
+
+    Examples
+    --------
+    >>> [r[0] for r in tile_regions((5,), (2,))]
+    [slice(0, 2, None), slice(2, 4, None), slice(4, 5, None)]
+    """
+    if 0 in tuple(shape):
+        return
+    for index in grid_indices(grid_shape(shape, tile)):
+        yield block_region(index, tile, shape)
 
 
 def region_shape(region: Sequence[slice]) -> tuple[int, ...]:

@@ -79,6 +79,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_cluster as bc  # noqa: E402
 import bench_matmul as bm  # noqa: E402
+import bench_training as bt  # noqa: E402
 import bench_workloads as bw  # noqa: E402
 import bench_zarrs as bz  # noqa: E402
 
@@ -153,7 +154,7 @@ class Workload:
         names = list(self.subjects)
         for peers in self.subjects.values():
             names += [p.engine for p in peers if p.engine not in names]
-        return names
+        return list(dict.fromkeys(names))
 
     def cases(self, engine: str, mode: str | None = None) -> list[dict[str, Any]]:
         """``{"op", "format", "caches"}`` for each operation ``engine`` runs in a run of
@@ -326,6 +327,47 @@ WORKLOADS = {
             mode_ops=bm.OPS,
             peer_op_of=bm.peer_op,
         ),
+        Workload(
+            12,
+            bt.STEP_TAX,
+            "the user's jitted step, oocarr imported",
+            ("step", "step-host"),
+            (MEMORY,),
+            (WARM,),
+            {"oocarr": (Peer("never imported", "jax", 0.95),)},
+        ),
+        Workload(
+            13,
+            bt.TRAIN,
+            "one epoch of MLP training through batches(1024)",
+            ("in-order", "shuffled"),
+            bt.FORMATS,
+            (WARM,),
+            {
+                "oocarr": (
+                    Peer(
+                        "NumPy in memory",
+                        "numpy",
+                        0.95,
+                        fmt=MEMORY,
+                        op="in-order",
+                        of=("in-order",),
+                    ),
+                    Peer(
+                        "NumPy in memory", "numpy", 0.9, fmt=MEMORY, op="shuffled", of=("shuffled",)
+                    ),
+                )
+            },
+        ),
+        Workload(
+            14,
+            bt.STREAM_SUM,
+            "stream_sum value_and_grad",
+            ("value_and_grad",),
+            bt.FORMATS,
+            (WARM,),
+            {"oocarr": (Peer("JAX in memory", "jax", 0.8, fmt=MEMORY),)},
+        ),
     ]
 }
 #: Workloads run only when named (``--only``, ``--executor``): ``cluster`` starts clusters,
@@ -333,7 +375,7 @@ WORKLOADS = {
 ON_REQUEST = (bc.WORKLOAD, bm.WORKLOAD)
 
 #: (workload, engine) -> runner(ctx, op, fmt) -> Case, of every workload.
-RUNNERS = {**bw.RUNNERS, **bz.RUNNERS, **bc.RUNNERS, **bm.RUNNERS}
+RUNNERS = {**bw.RUNNERS, **bz.RUNNERS, **bc.RUNNERS, **bm.RUNNERS, **bt.RUNNERS}
 
 #: Environment of particular workers.  The least-squares loop's matrix-vector products on
 #: 8 MiB slabs are too small for BLAS threads: on a 2-core VM OpenBLAS's thread hand-offs made
@@ -479,7 +521,9 @@ def worker_main(spec_path: str) -> None:
     with open(spec_path) as f:
         spec = json.load(f)
     workload, engine = spec["workload"], spec["engine"]
-    warm_up = bc.prepare_engine(workload, engine, spec["budget"], spec["scratch"])
+    warm_up = bt.prepare_engine(
+        workload, engine, spec["budget"], spec["scratch"], bc.prepare_engine
+    )
     warm_up()
     baseline = _status_bytes("VmRSS")
     ready = time.time() - spec["spawned_at"]
@@ -789,6 +833,8 @@ def size_label(workload: str, sizes: bw.Sizes, op: str = "") -> str:
         return bz.size_label(workload, sizes)
     if workload == bc.WORKLOAD:
         return bc.size_label(workload, sizes)
+    if workload in bt.WORKLOADS:
+        return bt.size_label(workload, sizes)
 
     def gib(*shapes: tuple[int, ...]) -> str:
         return _bytes(sum(int(np.prod(s)) for s in shapes) * 4)
@@ -838,6 +884,9 @@ def op_budget(run: Run, workload: str, op: str) -> tuple[int, str]:
     if workload == bm.WORKLOAD:
         text = bm.budget_of(op)
         return parse_size(text), text
+    if workload == bt.TRAIN:
+        budget = bt.budget_bytes(bw.SIZES[run.mode])
+        return budget, _bytes(budget)
     return run.budget, run.budget_text
 
 
@@ -1029,7 +1078,12 @@ def table_lines(rows: list[dict[str, Any]]) -> list[str]:
     """The Markdown table of ``rows``."""
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in rows:
-        what = bm.op_label(r["op"]) if r["workload"] == bm.WORKLOAD else OP_LABELS[r["op"]]
+        if r["workload"] == bm.WORKLOAD:
+            what = bm.op_label(r["op"])
+        elif r["workload"] in bt.WORKLOADS:
+            what = bt.OP_LABELS[r["workload"], r["op"]]
+        else:
+            what = OP_LABELS[r["op"]]
         if r["oocarr_engine"] != "oocarr":
             what += f" ({SUBJECT_LABELS[r['oocarr_engine']]})"
         mine = _seconds(r["oocarr_median"])
@@ -1131,11 +1185,12 @@ def ensure_data(run: Run) -> dict[str, float]:
     """Write the data files the selected workloads read that are not there yet."""
     sizes = bw.SIZES[run.mode]
     mine = [w for w in run.workloads if w in bz.WORKLOAD_FORMATS]
-    others = (bc.WORKLOAD, bm.WORKLOAD)
+    others = (bc.WORKLOAD, bm.WORKLOAD, *bt.WORKLOADS)
     theirs = [w for w in run.workloads if w not in bz.WORKLOAD_FORMATS and w not in others]
     generated = bw.ensure_data(run.data_dir, sizes, theirs, run.log)
     generated |= bz.ensure_data(run.data_dir, sizes, mine, run.log)
     generated |= bm.ensure_data(run.data_dir, sizes, run.workloads, run.log)
+    generated |= bt.ensure_data(run.data_dir, sizes, run.workloads, run.log)
     return generated | bc.ensure_data(run.data_dir, sizes, run.workloads, run.log)
 
 

@@ -223,9 +223,37 @@ def test_operators_under_jit_and_grad():
     np.testing.assert_allclose(float(value), float(rv), rtol=1e-5)
     same(grad, rg, 1e-4)
     lr = jnp.float32(2.0)
-    traced = jax.jit(lambda u, s: [s == u, s != u, s // u, s % u, s**u])(x, lr)
-    for got, want in zip(traced, [a == 2.0, a != 2.0, 2.0 // a, 2.0 % a, 2.0**a]):
+    traced = jax.jit(
+        lambda u, s: [
+            oocarr.equal(s, u),
+            oocarr.not_equal(s, u),
+            oocarr.floor_divide(s, u),
+            oocarr.remainder(s, u),
+            oocarr.pow(s, u),
+            u * s,
+        ]
+    )(x, lr)
+    for got, want in zip(traced, [a == 2.0, a != 2.0, 2.0 // a, 2.0 % a, 2.0**a, a * 2.0]):
         same(got, want.astype(np.asarray(got).dtype), 1e-5)
+
+
+@pytest.mark.parametrize(
+    ("expression", "function"),
+    [
+        (lambda u, s: s == u, "oocarr.equal"),
+        (lambda u, s: s - u, "oocarr.subtract"),
+        (lambda u, s: s * u, "oocarr.multiply"),
+        (lambda u, s: s @ u, "oocarr.matmul"),
+    ],
+)
+def test_a_traced_jax_array_on_the_left_of_a_disk_array_names_the_oocarr_function(
+    expression, function
+):
+    # JAX's operators never defer to the right operand when both are tracers, and oocarr
+    # patches no JAX function to make them: the error says what to write instead.
+    x = oocarr.from_numpy(np.ones((4, 4), np.float32))
+    with pytest.raises(errors.JaxNumpyArgumentError, match=function.replace(".", r"\.")):
+        jax.jit(expression)(x, jnp.ones((4, 4), jnp.float32))
 
 
 def test_methods_any_all_max_min():

@@ -4,8 +4,8 @@ Two boundaries are physical (DESIGN.md): the core imports no storage library or 
 and a driver imports nothing of oocarr but the interface and errors.  Inside the core the layers
 below are folders, each importing only its own layer and those below it; no oocarr module takes
 part in an import cycle; every module imports alone in a fresh interpreter; the old module paths
-still work, with a warning; and importing oocarr changes nothing process-wide but what
-``oocarr.engine.runtime`` documents.
+still work, with a warning.  (That importing oocarr changes nothing process-wide is
+tests/test_guest.py.)
 
 Imports are read from the AST of every file, so function-local imports count; imports under
 ``if TYPE_CHECKING:`` never run and do not.
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import pathlib
 import subprocess
 import sys
@@ -426,45 +425,3 @@ def test_old_module_paths_warn_and_give_the_same_objects():
         )
     )
     assert not problems, "\n".join(problems)
-
-
-PROCESS_WIDE = """
-    import json, sys
-    import jax
-
-    def finder(f):
-        kind = f if isinstance(f, type) else type(f)
-        return f"{kind.__module__}.{kind.__qualname__}"
-
-    before, meta = dict(jax.config.values), list(sys.meta_path)
-    import oocarr
-    after = dict(jax.config.values)
-    print(json.dumps({
-        "changed": sorted(k for k in before.keys() | after.keys()
-                          if repr(before.get(k)) != repr(after.get(k))),
-        "async_dispatch": after["jax_cpu_enable_async_dispatch"],
-        "added": [finder(f) for f in sys.meta_path if not any(f is g for g in meta)],
-        "removed": [finder(f) for f in meta if not any(f is g for g in sys.meta_path)],
-    }))
-"""
-
-
-def _process_wide(**extra: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "OOCARR_KEEP_ASYNC_DISPATCH"}
-    env.pop("JAX_CPU_ENABLE_ASYNC_DISPATCH", None)
-    return json.loads(run_python(PROCESS_WIDE, env={**env, **extra}))
-
-
-def test_importing_oocarr_changes_only_what_runtime_documents():
-    seen = _process_wide()
-    assert seen["changed"] == ["jax_cpu_enable_async_dispatch"], seen
-    assert seen["async_dispatch"] is False
-    assert seen["added"] == ["oocarr._moved._Finder"], seen
-    assert seen["removed"] == [], seen
-
-
-def test_keep_async_dispatch_leaves_jax_alone():
-    seen = _process_wide(OOCARR_KEEP_ASYNC_DISPATCH="1")
-    assert seen["changed"] == [], seen
-    assert seen["async_dispatch"] is True
-    assert seen["added"] == ["oocarr._moved._Finder"], seen

@@ -1,4 +1,9 @@
-"""JAX's CPU dispatch: a jitted oocarr step interleaved with eager JAX work must not hang."""
+"""JAX's CPU dispatch: a jitted oocarr step interleaved with eager JAX work must not hang.
+
+JAX's CPU client dispatches asynchronously (oocarr leaves it so); oocarr's callbacks run their
+block functions on the engine's own synchronous client (``oocarr.engine.device``), so they
+never queue behind the program that waits for them.
+"""
 
 from __future__ import annotations
 
@@ -48,33 +53,15 @@ INTERLEAVED = textwrap.dedent(
 )
 
 
-def test_a_jitted_step_interleaved_with_eager_jax_work_finishes():
-    # This hung within a few steps on 2 cores with the CPU client's asynchronous dispatch.
+@pytest.mark.parametrize("start_jax_first", [False, True])
+def test_a_jitted_step_interleaved_with_eager_jax_work_finishes(start_jax_first):
+    # This hung within a few steps on 2 cores when block functions ran on JAX's own client
+    # with its asynchronous dispatch.  A watchdog prints every thread's stack if it stalls.
+    prelude = "import faulthandler; faulthandler.dump_traceback_later(90, exit=True)\n"
+    if start_jax_first:  # JAX's backend running before oocarr is imported changes nothing
+        prelude += "import jax.numpy as jnp; jnp.ones(2).block_until_ready()\n"
     result = subprocess.run(
-        [sys.executable, "-c", INTERLEAVED], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", prelude + INTERLEAVED], capture_output=True, text=True, timeout=150
     )
     assert result.returncode == 0, result.stderr[-2000:]
-
-
-def test_importing_oocarr_after_jax_started_warns():
-    code = "import jax.numpy as jnp; jnp.ones(2) + 1\nimport oocarr"
-    result = subprocess.run(
-        [sys.executable, "-W", "error::RuntimeWarning", "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode != 0
-    assert "Import oocarr before running JAX code" in result.stderr
-
-
-@pytest.mark.parametrize("opt_out", [False, True])
-def test_dispatch_is_synchronous_unless_opted_out(opt_out):
-    env_line = "import os; os.environ['OOCARR_KEEP_ASYNC_DISPATCH'] = '1'\n" if opt_out else ""
-    code = (
-        env_line + "import jax, oocarr; print(jax.config.values['jax_cpu_enable_async_dispatch'])"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
-    )
-    assert result.stdout.strip() == str(opt_out)
+    assert "RuntimeWarning" not in result.stderr

@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from oocarr.jaxlayer.host_put import HostPut
+from oocarr.engine.host_put import HostPut
 
 
 def _same_as_device_put(arrays, target):
@@ -65,7 +65,7 @@ def test_the_default_device_where_the_putter_was_made():
 SPLIT_SCRIPT = """
 import jax, numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-from oocarr.jaxlayer.host_put import HostPut
+from oocarr.engine.host_put import HostPut
 mesh = Mesh(np.array(jax.devices()), ("data",))
 x = np.arange(64, dtype=np.float32).reshape(16, 4)
 for spec in (P("data"), P(None, "data"), P()):

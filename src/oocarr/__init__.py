@@ -5,8 +5,10 @@ package's public API (here, :mod:`~oocarr.api`, :mod:`~oocarr.functions`,
 :mod:`~oocarr.config`), ``jaxlayer/``, ``ops/``, ``engine/`` and ``store/``; the drivers live
 outside the package and are found through the registry.
 
-Importing oocarr makes the two process-wide settings :mod:`oocarr.engine.runtime` documents
-(each with its opt-out) and installs ``DiskArray``'s operators; nothing else.
+Importing oocarr changes nothing outside oocarr: no allocator setting, no JAX configuration or
+dispatch mode, no function of JAX or of another library wrapped or replaced (the engine computes
+on a CPU client of its own, :mod:`oocarr.engine.device`).  It installs ``DiskArray``'s
+operators and answers its own old module paths (:mod:`oocarr._moved`).
 
 Examples
 --------
@@ -40,7 +42,6 @@ from .creation import (
     zeros,
     zeros_like,
 )
-from .engine import runtime
 from .engine.executor import current_executor, executor, set_executor
 from .engine.stats import io_stats
 from .functions import (
@@ -133,6 +134,7 @@ from .functions import (
 from .indexing import install_indexing, take
 from .jaxlayer import jnp_errors
 from .jaxlayer.disk_array import DiskArray
+from .jaxlayer.jit_errors import jit, original_error, patch_jax_errors, typed_errors
 from .jaxlayer.make_op import make_op
 from .manipulation import (
     broadcast_arrays,
@@ -182,7 +184,6 @@ from .train.full_batch import stream_sum
 from .train.grain_source import GrainSource
 from .train.minibatches import batches
 
-runtime.configure()
 install_operators()
 install_methods()
 install_indexing()
@@ -211,6 +212,11 @@ __all__ = [
     "resolve",
     "save",
     "to_numpy",
+    # jitted calls raising oocarr's errors as themselves
+    "jit",
+    "original_error",
+    "patch_jax_errors",
+    "typed_errors",
     # settings and counters
     "config",
     "io_stats",

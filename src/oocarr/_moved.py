@@ -30,8 +30,6 @@ MOVED = {
     "oocarr.registry": "oocarr.store.registry",
     "oocarr.scratch": "oocarr.store.scratch",
     "oocarr.views": "oocarr.store.views",
-    "oocarr.dispatch": "oocarr.engine.runtime",
-    "oocarr.malloc": "oocarr.engine.runtime",
     "oocarr.stats": "oocarr.engine.stats",
     "oocarr.ops.base": "oocarr.engine.op",
     "oocarr.disk_array": "oocarr.jaxlayer.disk_array",
@@ -90,7 +88,7 @@ def install() -> None:
     >>> install()
     >>> with warnings.catch_warnings(record=True) as caught:
     ...     warnings.simplefilter("always")
-    ...     from oocarr.dispatch import use_synchronous_cpu_dispatch
+    ...     from oocarr.blocked import BlockedArray
     >>> caught[0].category.__name__
     'DeprecationWarning'
     """

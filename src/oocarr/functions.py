@@ -9,7 +9,7 @@ import numpy as np
 from jax._src import core as jax_core
 
 from oocarr.errors import InvalidArgumentError, ReadOnlyError
-from oocarr.jaxlayer.disk_array import DiskArray, DiskArrayType, add_methods, is_disk
+from oocarr.jaxlayer.disk_array import DiskArray, DiskArrayType, add_methods
 from oocarr.jaxlayer.make_op import make_op, materialize, update
 from oocarr.ops.elementwise import (
     BINARY,
@@ -407,22 +407,6 @@ _OPERATORS = {
     "pos": _globals["positive"],
     "invert": _globals["bitwise_invert"],
 }
-#: The operators of one operand (the rest take two).
-_UNARY_OPERATORS = {"neg", "abs", "pos", "invert"}
-
-
-def _deferring_to_disk(original: Any, ours: Any) -> Any:
-    """``original`` (an operator of JAX's in-memory type), but ``ours(x, y)`` when ``y`` is a
-    ``DiskArray``: under ``jit`` both are tracers of one Python class, so Python never asks
-    the ``DiskArray``'s reflected operator (``lr * g`` with a traced ``lr``)."""
-
-    def operator(x: Any, y: Any) -> Any:
-        if is_disk(y):
-            return ours(x, y)
-        return original(x, y)
-
-    operator.__wrapped__ = original  # type: ignore[attr-defined]
-    return operator
 
 
 def install_operators() -> None:
@@ -464,13 +448,5 @@ def install_operators() -> None:
     DiskArray.__index__ = _index
     # defining __eq__ would otherwise leave the handle unhashable; handles are identities
     DiskArray.__hash__ = object.__hash__
-    for name, fn in _OPERATORS.items():
-        if name in _UNARY_OPERATORS:
-            continue
-        original = getattr(jax_core.ShapedArray, f"_{name}", None)
-        if original is not None and not hasattr(original, "__wrapped__"):
-            setattr(
-                jax_core.ShapedArray, f"_{name}", staticmethod(_deferring_to_disk(original, fn))
-            )
     DiskArray.T = property(transpose)
     DiskArrayType.T = jax_core.aval_property(transpose)

@@ -7,14 +7,16 @@ from typing import Any
 
 import jax
 
+from . import device
+from .heap import release_if_over, trim
 from .op import BlockParallelOp
-from .runtime import trim
 
 __all__ = ["BlockFunction", "block_functions", "backward_function", "cached"]
 
 
 class BlockFunction:
-    """A jitted block function, compiled ahead of time for each shape and dtype of its inputs.
+    """A jitted block function, compiled ahead of time for each shape and dtype of its inputs,
+    for the engine's own device (:mod:`~oocarr.engine.device`), where it runs synchronously.
 
     :meth:`prepare` compiles for the tiles of a call before any tile is read,
     so the compiler's scratch memory is never resident beside them, and hands
@@ -44,7 +46,8 @@ class BlockFunction:
         key = (tree, *(_aval_key(a) for a in leaves))
         executable = self._compiled.get(key)
         if executable is None:
-            specs = [jax.ShapeDtypeStruct(k[0], k[1], weak_type=k[2]) for k in key[1:]]
+            on = device.sharding()
+            specs = [jax.ShapeDtypeStruct(k[0], k[1], weak_type=k[2], sharding=on) for k in key[1:]]
             executable = self._jitted.lower(*jax.tree.unflatten(tree, specs)).compile()
             self._compiled[key] = executable
             trim()
@@ -58,7 +61,8 @@ class BlockFunction:
         # Handed a NumPy array, jit keeps it alive in a reference cycle until its next call or
         # the garbage collector: one input tile more than the planner counts.  The same array
         # put on the device first (without a copy, when it is aligned) is let go on return.
-        put = jax.tree.map(lambda a: a if isinstance(a, jax.Array) else jax.device_put(a), args)
+        put = jax.tree.map(device.put, args)
+        release_if_over()  # XLA allocates the outputs with malloc: freed tiles handed back first
         return jax.block_until_ready(self._executable(put)(*put))
 
 

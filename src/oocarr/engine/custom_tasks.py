@@ -15,6 +15,7 @@ import numpy as np
 
 from oocarr.store.locator import Locator
 
+from . import device
 from .compile import cached
 from .io import TASK_BUFFERS, Operand, prefetched
 from .op import CustomOp, Region
@@ -110,6 +111,11 @@ class RunTools:
     def jit(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``jax.jit(fn)``, compiled once per op and parameters (keyed by ``fn``'s name)."""
         return cached((self.op.block_key, fn.__name__), fn)
+
+    @staticmethod
+    def put(value: Any) -> Any:
+        """``value`` on the engine's device, where the functions of :meth:`jit` compute."""
+        return device.put(value)
 
     @staticmethod
     def pad(block: np.ndarray, shape: tuple[int, ...], value: float = 0.0) -> np.ndarray:

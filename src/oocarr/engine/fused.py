@@ -41,6 +41,8 @@ from oocarr.store.locator import Locator
 from oocarr.store.regions import broadcast_region
 from oocarr.store.registry import get_driver, register_driver
 
+from .compile import BlockFunction
+
 __all__ = [
     "FusedArray",
     "Leaf",
@@ -374,8 +376,8 @@ def expression(program_json: str) -> Any:
 
 @functools.lru_cache(maxsize=256)
 def _compiled(program_json: str) -> Any:
-    """:func:`expression`, jitted."""
-    return jax.jit(expression(program_json))
+    """:func:`expression`, compiled for the engine's device."""
+    return BlockFunction(expression(program_json))
 
 
 class FusedArray(BlockedArray):

@@ -14,6 +14,7 @@ import numpy as np
 from oocarr.store.blocked import BlockedArray
 from oocarr.store.buffers import BufferPool
 
+from .heap import release_if_over
 from .op import Region
 from .plan import INPUT_TILES, MAX_READ_AHEAD
 from .stats import IOCounts
@@ -139,6 +140,14 @@ def _stop_readers(pool: ThreadPoolExecutor, futures: list[Future]) -> None:
     pool.shutdown(wait=not running, cancel_futures=True)
 
 
+def _written(write: Callable[..., None], target: Any, args: list[Any]) -> None:
+    """``write(target, *args)``, then the written tile let go of and, when the process has
+    grown past what the work in progress allows, the heap's free memory handed back."""
+    write(target, *args)
+    args.clear()
+    release_if_over()
+
+
 class WriteBehind:
     """Runs ``write(target, *args)`` in a background thread, one call at a time: each call
     waits for the previous one, so at most one finished tile waits to be written."""
@@ -153,7 +162,7 @@ class WriteBehind:
         self.wait()
         if self._pool is None:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="oocarr-write")
-        self._pending = self._pool.submit(self._write, self._target, *args)
+        self._pending = self._pool.submit(_written, self._write, self._target, list(args))
 
     def wait(self) -> None:
         pending, self._pending = self._pending, None

@@ -337,6 +337,10 @@ class Run(Protocol):
         """``fn`` compiled once per op and parameters (keyed by its name)."""
         ...
 
+    def put(self, value: Any) -> Any:
+        """``value`` where the functions of :meth:`jit` compute, to pass to many calls."""
+        ...
+
     def pad(self, block: np.ndarray, shape: tuple[int, ...], value: float = 0.0) -> np.ndarray:
         """``block`` padded with ``value`` to ``shape``."""
         ...

@@ -8,8 +8,9 @@ value), then runs ``run`` directly when nothing is traced, or stages it as an
 ``io_callback`` whose inputs are those markers, so XLA runs it after whatever
 wrote them.  ``run`` always sees the memory budget that was in force where the
 primitive was called, although under ``jit`` XLA calls it in its own threads.
-An exception ``run`` raises there (``KeyboardInterrupt`` too) comes out of the
-jitted call as itself (:mod:`~oocarr.jaxlayer.jit_errors`).
+An exception ``run`` raises there (``KeyboardInterrupt`` too) is kept, and
+named by the ``JaxRuntimeError`` of the jitted call, so that
+:func:`~oocarr.jaxlayer.jit_errors.typed_errors` gives it back as itself.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import numpy as np
 from jax._src import core as jax_core
 from jax.experimental import io_callback
 
+from oocarr.engine import heap
 from oocarr.engine.budget import memory_budget, memory_budget_bytes
 from oocarr.errors import ReadOnlyError
 from oocarr.store.blocked import BlockedArray
@@ -32,8 +34,6 @@ from oocarr.store.scratch import is_scratch
 
 from . import jit_errors
 from .disk_array import MARKER_DTYPE, DiskArray, DiskArrayType, is_writable
-
-jit_errors.install()
 
 __all__ = [
     "lower",
@@ -126,8 +126,8 @@ def call(run: Callable[..., Any], result_shapes: Any, *args: Any) -> Any:
     whatever wrote the ``DiskArray``s among them) and returns
     ``result_shapes``.  The memory budget in force here, in the caller's
     thread, is the one ``run`` sees, whichever thread XLA calls it in, and
-    an exception ``run`` raises there reaches the caller of the jitted
-    function as itself.
+    an exception ``run`` raises there is kept for
+    :func:`~oocarr.jaxlayer.jit_errors.original_error`.
 
     Parameters
     ----------
@@ -159,7 +159,7 @@ def call(run: Callable[..., Any], result_shapes: Any, *args: Any) -> Any:
     budget = memory_budget_bytes()
 
     def in_budget(*values: Any) -> Any:
-        with memory_budget(budget):
+        with memory_budget(budget), heap.watching(budget):
             return run(*values)
 
     traced = is_traced(args)

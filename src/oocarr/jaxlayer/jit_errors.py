@@ -1,24 +1,28 @@
-"""Errors raised in oocarr's callbacks come out of a jitted call as themselves.
+"""Errors raised in oocarr's callbacks under ``jax.jit``: kept, and given back as themselves.
 
 XLA runs a staged ``io_callback`` inside the compiled program; when the
 callback raises, XLA reports a ``JaxRuntimeError`` ("CpuCallback error")
 whose message is the callback's formatted traceback, with nothing chained,
-and JAX logs that traceback to stderr.  So a ``BudgetTooSmallError``, a
-corrupt chunk's ``InvalidStoreError`` or a Ctrl-C inside ``jax.jit(f)(x)``
-would reach the caller as an untyped runtime error.
+and JAX logs that traceback.  So a ``BudgetTooSmallError``, a corrupt
+chunk's ``InvalidStoreError`` or a Ctrl-C inside ``jax.jit(f)(x)`` reaches
+the caller of a plain ``jax.jit`` function as an untyped runtime error.
 
-:func:`guarded` wraps a callback: an exception it raises is kept here under
-a token and replaced by a short :class:`DeferredError` naming that token.
-:func:`install` wraps the one Python function through which JAX runs every
-compiled program with host callbacks (``pxla.ExecuteReplicated.__call__``:
-programs with callbacks never take JAX's C++ fast path), so the
-``JaxRuntimeError`` it raises is replaced by the kept exception, with its
-own traceback, cause and context (the runtime error, whose message only
-repeats that traceback, is dropped).  A
-``KeyboardInterrupt`` that hit any host callback comes back as
-``KeyboardInterrupt``.  A logging filter drops JAX's "jax.io_callback
-failed" record for deferred errors; other callbacks' failures are still
-logged.  ``OOCARR_KEEP_JAX_ERRORS=1`` leaves JAX alone.
+oocarr changes nothing of JAX for this.  :func:`guarded` wraps oocarr's own
+callbacks: an exception one raises is kept here under a token and replaced
+by a :class:`DeferredError` whose message names the original's class, its
+message and the token, so the ``JaxRuntimeError`` names them too.  What
+gives the original back:
+
+- :func:`typed_errors` (and :func:`jit`, ``jax.jit`` wrapped in it): a
+  wrapper around the user's function that replaces such a
+  ``JaxRuntimeError`` by the kept exception, with its own traceback, cause
+  and context (``KeyboardInterrupt`` included);
+- :func:`original_error`: the kept exception a caught ``JaxRuntimeError``
+  stands for;
+- :func:`patch_jax_errors`: an explicit opt-in, off by default, that wraps
+  the Python function JAX runs every compiled program with host callbacks
+  through (``pxla.ExecuteReplicated.__call__``) so that every jitted call
+  raises the originals, and drops JAX's log record of those failures.
 """
 
 from __future__ import annotations
@@ -27,27 +31,33 @@ import collections
 import functools
 import itertools
 import logging
-import os
 import re
 import threading
-import warnings
 from collections.abc import Callable
 from typing import Any
 
 import jax
 
-__all__ = ["DeferredError", "guarded", "claim", "install", "installed"]
+__all__ = [
+    "DeferredError",
+    "guarded",
+    "original_error",
+    "typed_errors",
+    "jit",
+    "patch_jax_errors",
+    "patched",
+]
 
 _TOKEN = "oocarr-deferred-error-"
 _TOKEN_RE = re.compile(re.escape(_TOKEN) + r"(\d+)")
 _INTERRUPT_RE = re.compile(r"^KeyboardInterrupt\b", re.MULTILINE)
-# Errors whose runtime error never reached a translated call (a user catching it inside
-# another callback) are dropped oldest first, so their tracebacks do not pile up.
+# Errors whose runtime error was never given back (a user catching it without asking for the
+# original) are dropped oldest first, so their tracebacks do not pile up.
 _MAX_PENDING = 32
 _pending: collections.OrderedDict[int, BaseException] = collections.OrderedDict()
 _lock = threading.Lock()
 _counter = itertools.count(1)
-_installed = False
+_patched = False
 
 
 class DeferredError(Exception):
@@ -64,17 +74,6 @@ class DeferredError(Exception):
         self.token = token
 
 
-def installed() -> bool:
-    """Whether errors of staged callbacks are translated back (:func:`install` succeeded).
-
-    Examples
-    --------
-    >>> installed() in (True, False)
-    True
-    """
-    return _installed
-
-
 def _keep(error: BaseException) -> DeferredError:
     token = next(_counter)
     with _lock:
@@ -85,9 +84,7 @@ def _keep(error: BaseException) -> DeferredError:
 
 
 def guarded(callback: Callable[..., Any]) -> Callable[..., Any]:
-    """``callback``, its exceptions (``KeyboardInterrupt`` too) kept for :func:`claim`.
-
-    Without :func:`install` (or when it failed) ``callback`` is returned as is.
+    """``callback``, its exceptions (``KeyboardInterrupt`` too) kept for :func:`original_error`.
 
     Examples
     --------
@@ -95,12 +92,10 @@ def guarded(callback: Callable[..., Any]) -> Callable[..., Any]:
     ...     raise ValueError("bad")
     >>> try:
     ...     guarded(bad)()
-    ... except Exception as err:
-    ...     type(claim(err) if installed() else err).__name__
+    ... except DeferredError as err:
+    ...     type(original_error(err)).__name__
     'ValueError'
     """
-    if not _installed:
-        return callback
 
     @functools.wraps(callback)
     def run(*args: Any, **kwargs: Any) -> Any:
@@ -112,17 +107,26 @@ def guarded(callback: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-def claim(error: BaseException) -> BaseException | None:
-    """The exception a kept callback error (or a Ctrl-C) stands for, or None.
+def original_error(error: BaseException) -> BaseException | None:
+    """The exception an oocarr callback raised that ``error`` stands for, or None.
 
-    ``error`` is a ``JaxRuntimeError`` (or a :class:`DeferredError`) whose
-    message names the tokens of the kept errors it carries; they are removed
-    from the store and the first is returned.  A runtime error whose
-    callback was interrupted gives a fresh ``KeyboardInterrupt``.
+    ``error`` is what a jitted call raised: a ``jax.errors.JaxRuntimeError``
+    whose message names the tokens of the kept errors it carries (they are
+    taken from the store, and the first is returned).  A runtime error whose
+    callback was interrupted by Ctrl-C gives a fresh ``KeyboardInterrupt``.
+    Each kept error is given back once.
 
     Examples
     --------
-    >>> claim(RuntimeError("unrelated")) is None
+    >>> import jax, numpy as np, oocarr
+    >>> x = oocarr.from_numpy(np.ones(1000, "f4"))
+    >>> try:
+    ...     with oocarr.memory_budget(8):
+    ...         jax.jit(oocarr.sum)(x)
+    ... except jax.errors.JaxRuntimeError as err:
+    ...     type(original_error(err)).__name__
+    'BudgetTooSmallError'
+    >>> original_error(RuntimeError("unrelated")) is None
     True
     """
     text = str(error)
@@ -136,16 +140,80 @@ def claim(error: BaseException) -> BaseException | None:
     return found
 
 
+class _Typed:
+    """``fn`` whose ``JaxRuntimeError``s standing for oocarr errors are raised as those
+    errors; every other attribute is ``fn``'s (``lower``, ``trace``... of a jitted ``fn``)."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.__wrapped__ = fn
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return self.__wrapped__(*args, **kwargs)
+        except jax.errors.JaxRuntimeError as err:
+            original = original_error(err)
+            if original is None:
+                raise
+        # Raised outside the handler, so the original keeps its own cause and context.
+        raise original
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__wrapped__, name)
+
+    def __get__(self, instance: Any, owner: Any = None) -> Any:
+        return self if instance is None else functools.partial(self, instance)
+
+    def __repr__(self) -> str:
+        return f"oocarr.typed_errors({self.__wrapped__!r})"
+
+
+def typed_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` raising the errors of oocarr's callbacks inside it as themselves.
+
+    ``fn`` is typically a jitted function (``jax.jit(step)``): an oocarr
+    error raised while XLA runs it, or a Ctrl-C, would reach its caller as a
+    ``jax.errors.JaxRuntimeError``; called through this wrapper it is the
+    ``oocarr.errors`` class itself (or ``KeyboardInterrupt``), with its
+    message.  Other errors pass unchanged; the wrapper changes nothing else.
+
+    Examples
+    --------
+    >>> import jax, numpy as np, oocarr
+    >>> x = oocarr.from_numpy(np.ones(1000, "f4"))
+    >>> total = typed_errors(jax.jit(lambda x: oocarr.sum(x)))
+    >>> try:
+    ...     with oocarr.memory_budget(8):  # traced, and run, under a budget far too small
+    ...         total(x)
+    ... except oocarr.errors.BudgetTooSmallError as err:
+    ...     print("budget too small")
+    budget too small
+    """
+    return _Typed(fn)
+
+
+def jit(fn: Callable[..., Any], **jit_kwargs: Any) -> Callable[..., Any]:
+    """``jax.jit(fn, **jit_kwargs)`` raising oocarr's errors as themselves (:func:`typed_errors`).
+
+    Examples
+    --------
+    >>> import numpy as np, oocarr
+    >>> step = jit(lambda x: oocarr.sum(x * 2.0))
+    >>> float(step(oocarr.from_numpy(np.ones(4, "f4"))))
+    8.0
+    """
+    return typed_errors(jax.jit(fn, **jit_kwargs))
+
+
 def _translating(execute: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(execute)
     def call(self: Any, *args: Any) -> Any:
         try:
             return execute(self, *args)
         except jax.errors.JaxRuntimeError as err:
-            original = claim(err)
+            original = original_error(err)
             if original is None:
                 raise
-        # Raised outside the handler, so the original keeps its own cause and context.
         raise original
 
     call.__oocarr_translating__ = True  # type: ignore[attr-defined]
@@ -160,50 +228,45 @@ class _DropDeferred(logging.Filter):
         return not isinstance(exc, DeferredError)
 
 
-def _target() -> tuple[Any, Any] | None:
-    """The class whose ``__call__`` runs compiled programs, and that ``__call__``."""
-    try:
-        from jax._src.interpreters import pxla
-    except ImportError:
-        return None
-    cls = getattr(pxla, "ExecuteReplicated", None)
-    execute = vars(cls).get("__call__") if isinstance(cls, type) else None
-    if not callable(execute) or not hasattr(jax.errors, "JaxRuntimeError"):
-        return None
-    return cls, execute
-
-
-def install() -> bool:
-    """Translate errors of oocarr's staged callbacks back to themselves at the jitted call.
-
-    Idempotent.  Returns True when installed; False when opted out
-    (``OOCARR_KEEP_JAX_ERRORS=1``) or when this JAX lacks the internal
-    function wrapped (with a ``RuntimeWarning``: errors then stay
-    ``JaxRuntimeError``s, as JAX reports them).
+def patched() -> bool:
+    """Whether :func:`patch_jax_errors` was called (and succeeded) in this process.
 
     Examples
     --------
-    >>> install() in (True, False)
+    >>> patched() in (True, False)
     True
     """
-    global _installed
-    if _installed:
+    return _patched
+
+
+def patch_jax_errors() -> bool:
+    """Opt in: make every ``jax.jit`` call raise oocarr's callback errors as themselves.
+
+    This patches JAX: it wraps ``pxla.ExecuteReplicated.__call__`` (the
+    Python function through which JAX runs every compiled program with host
+    callbacks) and adds a filter to JAX's ``jax._src.callback`` logger.
+    oocarr never calls it itself; :func:`typed_errors` gets the same errors
+    back without touching JAX.  Idempotent.  Returns False (changing
+    nothing) when this JAX has no such function.
+
+    Examples
+    --------
+    >>> patch_jax_errors() in (True, False)  # doctest: +SKIP
+    True
+    """
+    global _patched
+    if _patched:
         return True
-    if os.environ.get("OOCARR_KEEP_JAX_ERRORS"):
+    try:
+        from jax._src.interpreters import pxla
+    except ImportError:
         return False
-    target = _target()
-    if target is None or jax.__version_info__[:2] != (0, 10):
-        warnings.warn(
-            f"oocarr cannot translate errors raised inside jitted oocarr ops with JAX "
-            f"{jax.__version__} (it supports jax>=0.10,<0.11): they reach you as "
-            "JaxRuntimeError, with the original error's traceback in the message",
-            RuntimeWarning,
-            stacklevel=2,
-        )
+    cls = getattr(pxla, "ExecuteReplicated", None)
+    execute = vars(cls).get("__call__") if isinstance(cls, type) else None
+    if not callable(execute):
         return False
-    cls, execute = target
     if not getattr(execute, "__oocarr_translating__", False):
         cls.__call__ = _translating(execute)
     logging.getLogger("jax._src.callback").addFilter(_DropDeferred())
-    _installed = True
+    _patched = True
     return True

@@ -1,49 +1,47 @@
 """A ``jax.numpy`` function given a ``DiskArray`` names the oocarr function to use instead.
 
-``jnp.sum(x)`` on a ``DiskArray``, eagerly or under ``jax.jit``, fails in ``jax.numpy``'s
-argument check with "sum requires ndarray or scalar arguments, got DynamicJaxprTracer": true,
-but no help.  :func:`install` wraps that check (``jax._src.numpy.util.check_arraylike``,
-through which every ``jax.numpy`` function that takes arrays validates them; ``jax.numpy``'s
-modules hold it by name, so each module's reference is replaced): when the check fails on a
-``DiskArray`` or a traced one, :class:`~oocarr.errors.JaxNumpyArgumentError` (a ``TypeError``)
-says which oocarr function streams the same computation, or how to load the array.  Any other
-failure of the check is JAX's own.  ``OOCARR_KEEP_JNP_CHECKS=1`` leaves JAX alone.
+``jnp.sum(x)`` on a ``DiskArray``, eagerly or under ``jax.jit``, would fail in
+``jax.numpy``'s argument check with "sum requires ndarray or scalar arguments,
+got DynamicJaxprTracer": true, but no help.  ``jax.numpy`` converts an
+argument that is not an array through its ``__jax_array__`` protocol, which a
+tracer asks of its type: ``DiskArrayType`` answers with
+:func:`refuse_conversion` (a ``DiskArray`` given to ``jax.numpy`` outside a
+trace is traced as one), which raises
+:class:`~oocarr.errors.JaxNumpyArgumentError` (a ``TypeError``) saying which
+oocarr function streams the same computation, or how to load the array.
+Nothing of JAX is wrapped or replaced; a ``jax.numpy`` function that never
+converts its arguments fails as JAX makes it fail.
 """
 
 from __future__ import annotations
 
-import functools
-import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from jax._src import core as jax_core
 
 from oocarr.errors import JaxNumpyArgumentError
 
-from .disk_array import DiskArray, DiskArrayType
+from .disk_array import DiskArrayType
 
-__all__ = ["install", "message"]
+__all__ = ["install", "message", "operator_message", "refuse_conversion"]
 
-_installed = False
 #: The names of oocarr's functions, set by :func:`install`.
 _ours: frozenset[str] = frozenset()
+_NUMPY = "jax._src.numpy."
+#: Modules of jax.numpy whose functions convert other functions' arguments.
+_HELPERS = frozenset({"jax._src.numpy.util", "jax._src.numpy.array_methods"})
 
 
-def _is_disk(value: Any) -> bool:
-    if isinstance(value, DiskArray):
-        return True
-    return isinstance(value, jax_core.Tracer) and isinstance(value.aval, DiskArrayType)
-
-
-def message(fun_name: str, position: int) -> str:
+def message(fun_name: str) -> str:
     """What to tell a user who gave ``jax.numpy.<fun_name>`` a ``DiskArray``.
 
     Examples
     --------
-    >>> message("sum", 0).split(":")[0]
-    'jax.numpy.sum cannot read a DiskArray (argument 0)'
+    >>> install(["sum"])
+    >>> message("sum").split(":")[0]
+    'jax.numpy.sum cannot read a DiskArray'
     """
     name = fun_name.rsplit(".", 1)[-1]
     if name in _ours:
@@ -51,54 +49,128 @@ def message(fun_name: str, position: int) -> str:
     else:
         use = f"oocarr has no streamed {name}; see docs/array-api.md for what it has"
     return (
-        f"jax.numpy.{name} cannot read a DiskArray (argument {position}): {use}, or load it "
-        "into memory first with oocarr.materialize(x) (under jit) or oocarr.to_numpy(x)"
+        f"jax.numpy.{name} cannot read a DiskArray: {use}, or load it into memory first "
+        "with oocarr.materialize(x) (under jit) or oocarr.to_numpy(x)"
     )
 
 
-def _checking(check: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(check)
-    def check_arraylike(fun_name: str, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return check(fun_name, *args, **kwargs)
-        except TypeError:
-            at = next((i for i, a in enumerate(args) if _is_disk(a)), None)
-            if at is None:
-                raise
-            raise JaxNumpyArgumentError(message(fun_name, at)) from None
+#: JAX's binary operators (``jax._src.numpy.array_methods._operator_<name>``): the symbol and
+#: the oocarr function of each.
+_OPERATORS = {
+    "add": ("+", "add"),
+    "sub": ("-", "subtract"),
+    "mul": ("*", "multiply"),
+    "truediv": ("/", "divide"),
+    "floordiv": ("//", "floor_divide"),
+    "mod": ("%", "remainder"),
+    "pow": ("**", "pow"),
+    "matmul": ("@", "matmul"),
+    "gt": (">", "greater"),
+    "ge": (">=", "greater_equal"),
+    "lt": ("<", "less"),
+    "le": ("<=", "less_equal"),
+    "eq": ("==", "equal"),
+    "ne": ("!=", "not_equal"),
+    "and": ("&", "bitwise_and"),
+    "or": ("|", "bitwise_or"),
+    "xor": ("^", "bitwise_xor"),
+    "lshift": ("<<", "bitwise_left_shift"),
+    "rshift": (">>", "bitwise_right_shift"),
+}
 
-    check_arraylike.__oocarr_wrapped__ = check  # type: ignore[attr-defined]
-    return check_arraylike
 
-
-def install(names: Iterable[str]) -> bool:
-    """Make ``jax.numpy``'s argument check name the oocarr function among ``names`` when it
-    is given a ``DiskArray``.  Idempotent (later calls update the names); False when opted
-    out with ``OOCARR_KEEP_JNP_CHECKS=1`` or when this JAX has no such check.
+def operator_message(name: str) -> str:
+    """What to tell a user whose traced JAX array met a traced ``DiskArray`` as the right
+    operand of JAX's operator ``name`` (``"mul"``).
 
     Examples
     --------
-    >>> install(["sum"]) in (True, False)
-    True
+    >>> operator_message("mul").split(";")[0]
+    'a * x under a JAX trace, with a a JAX array and x a DiskArray, cannot stream x'
     """
-    global _installed, _ours
+    symbol, function = _OPERATORS.get(name, (name, name))
+    swap = f"x {symbol} a, or " if name in ("add", "mul", "eq", "ne", "and", "or", "xor") else ""
+    return (
+        f"a {symbol} x under a JAX trace, with a a JAX array and x a DiskArray, cannot stream "
+        f"x; JAX's operator does not hand a DiskArray to oocarr, so write {swap}"
+        f"oocarr.{function}(a, x)"
+    )
+
+
+def _jax_operator() -> str | None:
+    """The name of JAX's binary operator on the stack converting its right operand, if any."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_globals.get("__name__") == "jax._src.numpy.array_methods":
+            name = frame.f_code.co_name
+            if name.startswith("_operator_"):
+                return name[len("_operator_") :]
+        if not frame.f_globals.get("__name__", "").startswith("jax."):
+            return None
+        frame = frame.f_back
+    return None
+
+
+def _calling_function() -> str | None:
+    """The name of the ``jax.numpy`` function converting an argument now: the ``fun_name``
+    that ``jax.numpy``'s argument helpers are given, else the outermost public function of
+    ``jax.numpy``'s modules on the stack (None when there is none)."""
+    frame, outermost = sys._getframe(2), None
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if module.startswith("jax."):
+            name = frame.f_locals.get("fun_name")
+            if isinstance(name, str):
+                return name
+            public = not frame.f_code.co_name.startswith("_")
+            if module.startswith(_NUMPY) and module not in _HELPERS and public:
+                outermost = frame.f_code.co_name
+        frame = frame.f_back
+    return outermost
+
+
+def refuse_conversion(x: Any) -> Any:
+    """``__jax_array__`` of a ``DiskArray`` and of its traced type: refuse to become a
+    ``jax.Array`` silently, naming the oocarr function to use.
+
+    Raises
+    ------
+    JaxNumpyArgumentError
+        Always.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp, numpy as np, oocarr
+    >>> try:
+    ...     jnp.sum(oocarr.from_numpy(np.ones(3)))
+    ... except oocarr.errors.JaxNumpyArgumentError as err:
+    ...     print(str(err).split(":")[0])
+    jax.numpy.sum cannot read a DiskArray
+    """
+    operator = _jax_operator()
+    if operator is not None:
+        raise JaxNumpyArgumentError(operator_message(operator))
+    name = _calling_function()
+    if name is None:
+        raise JaxNumpyArgumentError(
+            "jax.numpy cannot read a DiskArray: use the oocarr function of the same name, "
+            "which streams it tile by tile, or load it into memory first with "
+            "oocarr.materialize(x) (under jit) or oocarr.to_numpy(x)"
+        )
+    raise JaxNumpyArgumentError(message(name))
+
+
+def install(names: Iterable[str]) -> None:
+    """Give ``DiskArrayType`` :func:`refuse_conversion` as ``__jax_array__``, naming oocarr's
+    functions among ``names``.  Idempotent (later calls add names).
+
+    The concrete ``DiskArray`` has no ``__jax_array__``: ``jnp.ones(3) + x`` then defers to
+    ``x.__radd__`` (oocarr's add), and ``jnp.asarray(x)`` reads it through ``__array__``.
+
+    Examples
+    --------
+    >>> install(["sum"])
+    """
+    global _ours
     _ours = frozenset(_ours | set(names))
-    if _installed:
-        return True
-    if os.environ.get("OOCARR_KEEP_JNP_CHECKS"):
-        return False
-    try:
-        from jax._src.numpy import util
-    except ImportError:
-        return False
-    original = getattr(util, "check_arraylike", None)
-    if original is None:
-        return False
-    wrapped = _checking(original)
-    for module in list(sys.modules.values()):
-        if (getattr(module, "__name__", "") or "").startswith("jax._src") and getattr(
-            module, "check_arraylike", None
-        ) is original:
-            module.check_arraylike = wrapped
-    _installed = True
-    return True
+    DiskArrayType.__jax_array__ = jax_core.aval_method(refuse_conversion)  # type: ignore[attr-defined]

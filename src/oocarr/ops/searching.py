@@ -232,7 +232,7 @@ class SearchSorted(CustomOp):
                     f"length {len(x1)}"
                 )
             x1 = x1[order]
-        x1 = jax.device_put(x1)
+        x1 = run.put(x1)
         search = run.jit(self._search)
         for region, (block,) in run.stream(run.regions(x2, tile), run.inputs[1:2]):
             run.write(region, run.crop(search(x1, run.pad(block, tile)), region))

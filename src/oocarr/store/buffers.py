@@ -8,12 +8,14 @@ tile-sized buffer per input outside the planner's count.
 Fresh tile-sized buffers cost a page fault per 4 KiB page on first touch,
 which on a virtual machine can cost more than reading the tile from the page
 cache; :class:`BufferPool` hands the same few buffers out again once
-nothing (JAX included) still uses them.
+nothing (JAX included) still uses them.  Tile-sized buffers are mapped directly, so
+they leave the process when freed.
 """
 
 from __future__ import annotations
 
 import math
+import mmap
 import queue
 import threading
 import weakref
@@ -25,10 +27,16 @@ __all__ = ["ALIGNMENT", "aligned_empty", "BufferPool"]
 
 #: Byte alignment XLA's CPU client needs to use a host buffer without a copy.
 ALIGNMENT = 64
+#: Buffers of at least this many bytes are mapped directly, not taken from the heap.
+MAPPED_BYTES = 1 << 20
 
 
 def aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     """An uninitialised C-contiguous array whose data starts on a 64-byte boundary.
+
+    From :data:`MAPPED_BYTES` on, the memory is an anonymous mapping of its own (page
+    aligned), unmapped when the array dies: a freed tile goes back to the system, where
+    glibc would keep it in a heap arena (oocarr changes no allocator setting).
 
     Examples
     --------
@@ -38,6 +46,8 @@ def aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     """
     dtype = np.dtype(dtype)
     nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes >= MAPPED_BYTES:
+        return np.frombuffer(mmap.mmap(-1, nbytes), dtype).reshape(shape)
     raw = np.empty(nbytes + ALIGNMENT, np.uint8)
     start = -raw.ctypes.data % ALIGNMENT
     return raw[start : start + nbytes].view(dtype).reshape(shape)

@@ -30,6 +30,7 @@ from jax._src import core as jax_core
 from jax._src.interpreters import ad as jax_ad
 from jax.experimental.hijax import ShapedArray, VJPHiPrimitive, Zero
 
+from oocarr.engine import device
 from oocarr.engine.budget import memory_budget_bytes
 from oocarr.engine.compile import BlockFunction
 from oocarr.engine.executor import DaskExecutor, current_executor
@@ -269,7 +270,8 @@ def _stream(
             else:
                 stores.append(open_store(src.locator))
                 operands.append(Operand(stores[-1], counts))
-        return _loop(spec, wanted, [jnp.asarray(x) for x in leaves], operands, counts)
+        # put on the engine's device once, not once per tile
+        return _loop(spec, wanted, [device.put(x) for x in leaves], operands, counts)
     finally:
         record(site, counts)
         for store in stores:

@@ -35,6 +35,7 @@ import jax
 import numpy as np
 
 from oocarr.engine.budget import memory_budget_bytes
+from oocarr.engine.host_put import HostPut
 from oocarr.engine.plan import (
     BLOCK_SHARE,
     EXTRA_BATCHES,
@@ -47,9 +48,8 @@ from oocarr.engine.plan import (
 from oocarr.engine.stats import IOCounts, call_site, record
 from oocarr.errors import InvalidArgumentError, ShapeMismatchError
 from oocarr.jaxlayer.disk_array import DiskArray
-from oocarr.jaxlayer.host_put import HostPut
 from oocarr.store.blocked import BlockedArray
-from oocarr.store.buffers import BufferPool
+from oocarr.store.buffers import BufferPool, aligned_empty
 from oocarr.store.pages import DEFAULT_CHUNK_BYTES, DEFAULT_PAGE_BYTES
 
 __all__ = ["batches", "Batches", "Epoch", "EpochStats"]
@@ -360,7 +360,8 @@ def _read_batches(
     cap -= 2 * staged_rows  # two staging blocks are carved out of the planned buffer
 
     def data(n: int) -> list[np.ndarray]:
-        return [np.empty((n, *s.row_shape), s.dtype) for s in sources]
+        # mapped directly (from 1 MiB): unmapped when the epoch ends, not left in the heap
+        return [aligned_empty((n, *s.row_shape), s.dtype) for s in sources]
 
     # While replaying, the buffers hold row numbers (``ids``) and no data.
     replaying = skip > 0
@@ -501,7 +502,7 @@ def _read_rows_at(
     positions = np.argsort(row_ids, kind="stable")
     row_ids = row_ids[positions]
     positions += first
-    pieces = [np.empty((piece_rows, *s.row_shape), s.dtype) for s in sources]
+    pieces = [aligned_empty((piece_rows, *s.row_shape), s.dtype) for s in sources]
     i = 0
     while i < len(row_ids):
         start = max(span[0], int(row_ids[i]) - int(row_ids[i]) % piece_rows)

@@ -38,6 +38,7 @@ from jax._src import core as jax_core
 from jax.experimental.hijax import ShapedArray, VJPHiPrimitive
 
 from oocarr.engine.budget import memory_budget_bytes
+from oocarr.engine.compile import BlockFunction
 from oocarr.engine.io import Operand, WriteBehind, prefetched
 from oocarr.engine.plan import (
     INPUT_TILES,
@@ -172,7 +173,7 @@ class _Kernel:
     def __init__(self, fn: Callable[[tuple, tuple], tuple[tuple, tuple]], name: str) -> None:
         self.fn = fn
         self.name = name
-        self.jitted = jax.jit(fn)
+        self.jitted = BlockFunction(fn)
 
     def __repr__(self) -> str:
         return f"_Kernel({self.name})"

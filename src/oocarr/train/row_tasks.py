@@ -62,9 +62,9 @@ def tile_partial(
     if spec.weighted:
         w = blocks.pop().astype(out_dtype)
         weight = float(np.sum(w, dtype=np.float64))
-    else:
-        w = np.ones(rows, out_dtype)
     if spec.per_row:
+        if not spec.weighted:
+            w = np.ones(rows, out_dtype)
         blocks = [pad_rows(b, tile, "edge") for b in blocks]
         blocks.insert(0, pad_rows(w, tile, "constant"))
     out = spec.kernel(spec.per_row, spec.treedef, wanted)(list(leaves), *blocks)

@@ -790,13 +790,14 @@ class BlockedArray(abc.ABC):
         self,
         region: Sequence[slice] | None = None,
         empty: Callable[[tuple[int, ...], np.dtype], np.ndarray] | None = None,
+        mapped: bool = True,
     ) -> np.ndarray:
         """Read a region as a read-only array that may share memory with the storage.
 
         Drivers that can hand out the stored bytes without a copy (a mapping of
-        the region of a ``.npy`` file) do; the others read a copy, into
-        ``empty(shape, dtype)`` when given (a C-contiguous buffer, such as
-        :meth:`oocarr.store.buffers.BufferPool.empty`'s).  A view shows later writes
+        the region of a ``.npy`` file) do, unless ``mapped`` is false; the others
+        read a copy, into ``empty(shape, dtype)`` when given (a C-contiguous
+        buffer, such as :meth:`oocarr.store.buffers.BufferPool.empty`'s).  A view shows later writes
         to the same bytes, so it is for reading storage that nothing writes
         meanwhile (the engine's inputs: updates replace storage whole).  What a
         view maps is released when the array is collected.
@@ -810,7 +811,8 @@ class BlockedArray(abc.ABC):
         (array([[3., 4., 5.]]), False)
         """
         region = check_region(region, self._shape, self.url)
-        view = self._view(region) if math.prod(pages.region_shape(region)) else None
+        wanted = mapped and math.prod(pages.region_shape(region))
+        view = self._view(region) if wanted else None
         if view is None:
             buffer = None if empty is None else empty(pages.region_shape(region), self._dtype)
             view = self.read_region(region, out=buffer)

@@ -36,6 +36,7 @@ from oocarr.engine.compile import BlockFunction
 from oocarr.engine.executor import DaskExecutor, current_executor
 from oocarr.engine.io import Operand, prefetched
 from oocarr.engine.plan import (
+    STREAM_SUM_TILE_BYTES,
     STREAM_SUM_TILES,
     Buffers,
     Projection,
@@ -216,7 +217,7 @@ def _tile_rows(spec: _Spec, operands: Sequence[Operand]) -> int:
 
 
 def _rows_within(spec: _Spec, operands: Sequence[Operand], usable: int, row_bytes: int) -> int:
-    rows = usable // (STREAM_SUM_TILES * row_bytes)
+    rows = min(usable // STREAM_SUM_TILES, STREAM_SUM_TILE_BYTES) // row_bytes
     chunk = next(
         (o.value.chunks[0] for o in operands if o.stored and o.value.chunks is not None), None
     )
@@ -269,7 +270,8 @@ def _stream(
                 operands.append(Operand(np.asarray(value)))
             else:
                 stores.append(open_store(src.locator))
-                operands.append(Operand(stores[-1], counts))
+                # each row tile is read once: into a reused buffer rather than mapped
+                operands.append(Operand(stores[-1], counts, views=False))
         # put on the engine's device once, not once per tile
         return _loop(spec, wanted, [device.put(x) for x in leaves], operands, counts)
     finally:

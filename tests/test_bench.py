@@ -189,3 +189,21 @@ def test_tiny_run_of_matmul_at_three_budgets(tmp_path):
         first = rows[(f"{n}@{sizes.budgets[0]}", fmt)]
         assert [p["median"] for p in row["peers"]] == [p["median"] for p in first["peers"]]
     assert "matmul(A, B), budget 256KB" in done.stdout
+
+
+def test_training_workloads_run_each_peer_once_and_compare_in_memory():
+    bench = _bench_module()
+    train = bench.WORKLOADS["train"]
+    assert train.engines() == ["oocarr", "numpy"]  # two peers of one engine: one worker
+    numpy_cases = train.cases("numpy", "tiny")
+    assert sorted((c["op"], c["format"]) for c in numpy_cases) == [
+        ("in-order", bench.MEMORY),
+        ("shuffled", bench.MEMORY),
+    ]
+    targets = {p.op: p.target for p in train.subjects["oocarr"]}
+    assert targets == {"in-order": 0.95, "shuffled": 0.9}
+    assert bench.WORKLOADS["step-tax"].engines() == ["oocarr", "jax"]
+    assert bench.WORKLOADS["stream-sum"].subjects["oocarr"][0].target == 0.8
+    # the budget of the training epoch is an eighth of the dataset, as the issue asks
+    sizes = bench.bw.SIZES["full"]
+    assert bench.bt.budget_bytes(sizes) * 8 == bench.bt.ROWS["full"] * (bench.bt.COLS + 1) * 4

@@ -1,6 +1,6 @@
 """Errors raised inside oocarr's callbacks reach the caller as themselves: eagerly, under
-``jax.grad``, and under jit through ``oocarr.jit`` / ``oocarr.typed_errors`` (or everywhere after
-the opt-in ``oocarr.patch_jax_errors()``); a plain ``jax.jit`` call raises JAX's own
+``jax.grad``, and under jit through ``oocarr.jit`` / ``oocarr.typed_errors``, with nothing of
+JAX patched; a plain ``jax.jit`` call raises JAX's own
 ``JaxRuntimeError``, which names the error and gives it back through ``oocarr.original_error``.
 Ctrl-C during a jitted call is a ``KeyboardInterrupt`` (issue 14, item 9; issue 35).
 
@@ -197,12 +197,9 @@ def _python(code: str, env: dict[str, str] | None = None) -> subprocess.Popen:
 STDERR = """
     import jax, numpy as np, oocarr
     from oocarr.errors import OocarrError
-    if {patch}:
-        oocarr.patch_jax_errors()
     x = oocarr.from_numpy(np.ones((50, 20), "f4"))
-    jit = jax.jit if {patch} else oocarr.jit
-    for f, arg in [(jit(oocarr.sum), oocarr.open({url!r})),
-                   (jit(jax.grad(lambda x: oocarr.sum(x * 2.0))), x)]:
+    for f, arg in [(oocarr.jit(oocarr.sum), oocarr.open({url!r})),
+                   (oocarr.jit(jax.grad(lambda x: oocarr.sum(x * 2.0))), x)]:
         try:
             with oocarr.memory_budget(8 if arg is x else "64MB"):
                 f(arg)
@@ -211,22 +208,19 @@ STDERR = """
 """
 
 
-@pytest.mark.parametrize("patch", [False, True])
-def test_stderr_holds_only_jax_s_own_log_of_the_failed_callback(tmp_path, patch):
+def test_stderr_holds_only_jax_s_own_log_of_the_failed_callback(tmp_path):
     url = _corrupt_zarr(tmp_path, "zstd")
-    proc = _python(STDERR.format(url=url, patch=patch))
+    proc = _python(STDERR.format(url=url))
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     assert out.split() == ["InvalidStoreError", "BudgetTooSmallError"]
-    if patch:  # the opt-in also drops JAX's log record of oocarr's failures
-        assert err == ""
-    else:  # JAX logs a failed callback's traceback, as it does for any callback
-        records = [line for line in err.splitlines() if not line.startswith((" ", "Traceback"))]
-        assert all(
-            line == "jax.io_callback failed" or "DeferredError" in line or "Error" in line
-            for line in records
-        ), err
-        assert err.count("jax.io_callback failed") == 2
+    # JAX logs a failed callback's traceback, as it does for any callback; nothing else
+    records = [line for line in err.splitlines() if not line.startswith((" ", "Traceback"))]
+    assert all(
+        line == "jax.io_callback failed" or "DeferredError" in line or "Error" in line
+        for line in records
+    ), err
+    assert err.count("jax.io_callback failed") == 2
 
 
 SLOW = """
@@ -298,23 +292,20 @@ def test_ctrl_c_during_a_jitted_call_is_keyboard_interrupt(tmp_path, script):
     assert "CpuCallback" not in err, err
 
 
-def test_jax_is_left_alone_unless_the_patch_is_asked_for():
+def test_jax_is_left_alone():
     code = """
         import jax, numpy as np, oocarr
         from jax._src.interpreters import pxla
+        execute = pxla.ExecuteReplicated.__call__
         x = oocarr.from_numpy(np.ones((50, 20), "f4"))
-        for patch in (False, True):
-            if patch:
-                oocarr.patch_jax_errors()
+        for f in (jax.jit(oocarr.sum), oocarr.jit(oocarr.sum)):
             try:
                 with oocarr.memory_budget(8):
-                    jax.jit(oocarr.sum)(x)
+                    f(x)
             except Exception as err:
-                print(type(err).__name__, oocarr.jaxlayer.jit_errors.patched(),
-                      hasattr(pxla.ExecuteReplicated.__call__, "__oocarr_translating__"))
+                print(type(err).__name__, pxla.ExecuteReplicated.__call__ is execute)
     """
     proc = _python(code)
     out, err = proc.communicate(timeout=120)
     lines = out.strip().splitlines()
-    assert lines == ["JaxRuntimeError False False", "BudgetTooSmallError True True"], err
-    assert err.count("io_callback failed") == 1  # JAX's own report, before the patch
+    assert lines == ["JaxRuntimeError True", "BudgetTooSmallError True"], err

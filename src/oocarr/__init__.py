@@ -134,7 +134,7 @@ from .functions import (
 from .indexing import install_indexing, take
 from .jaxlayer import jnp_errors
 from .jaxlayer.disk_array import DiskArray
-from .jaxlayer.jit_errors import jit, original_error, patch_jax_errors, typed_errors
+from .jaxlayer.jit_errors import jit, original_error, typed_errors
 from .jaxlayer.make_op import make_op
 from .manipulation import (
     broadcast_arrays,
@@ -215,7 +215,6 @@ __all__ = [
     # jitted calls raising oocarr's errors as themselves
     "jit",
     "original_error",
-    "patch_jax_errors",
     "typed_errors",
     # settings and counters
     "config",

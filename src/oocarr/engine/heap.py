@@ -8,7 +8,7 @@ oocarr's own buffers are mapped directly (:mod:`oocarr.store.buffers`), but
 XLA allocates a block function's outputs with ``malloc``; over a stream of
 8 MB tiles the freed ones could then hold 1.5x the memory budget resident.
 
-oocarr leaves glibc's settings alone (no ``mallopt``).  Instead each oocarr
+oocarr changes none of glibc's allocator settings.  Instead each oocarr
 primitive's work runs :func:`watching` its budget: before a block function
 runs and after a tile is written, :func:`release_if_over` compares the
 process's resident size with where it stood when the work started, and when

@@ -18,11 +18,10 @@ gives the original back:
   ``JaxRuntimeError`` by the kept exception, with its own traceback, cause
   and context (``KeyboardInterrupt`` included);
 - :func:`original_error`: the kept exception a caught ``JaxRuntimeError``
-  stands for;
-- :func:`patch_jax_errors`: an explicit opt-in, off by default, that wraps
-  the Python function JAX runs every compiled program with host callbacks
-  through (``pxla.ExecuteReplicated.__call__``) so that every jitted call
-  raises the originals, and drops JAX's log record of those failures.
+  stands for.
+
+JAX logs a failed callback's traceback (the ``jax._src.callback`` logger), as
+it does for any callback; that logger is the user's to configure.
 """
 
 from __future__ import annotations
@@ -30,7 +29,6 @@ from __future__ import annotations
 import collections
 import functools
 import itertools
-import logging
 import re
 import threading
 from collections.abc import Callable
@@ -44,8 +42,6 @@ __all__ = [
     "original_error",
     "typed_errors",
     "jit",
-    "patch_jax_errors",
-    "patched",
 ]
 
 _TOKEN = "oocarr-deferred-error-"
@@ -57,7 +53,6 @@ _MAX_PENDING = 32
 _pending: collections.OrderedDict[int, BaseException] = collections.OrderedDict()
 _lock = threading.Lock()
 _counter = itertools.count(1)
-_patched = False
 
 
 class DeferredError(Exception):
@@ -203,70 +198,3 @@ def jit(fn: Callable[..., Any], **jit_kwargs: Any) -> Callable[..., Any]:
     8.0
     """
     return typed_errors(jax.jit(fn, **jit_kwargs))
-
-
-def _translating(execute: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(execute)
-    def call(self: Any, *args: Any) -> Any:
-        try:
-            return execute(self, *args)
-        except jax.errors.JaxRuntimeError as err:
-            original = original_error(err)
-            if original is None:
-                raise
-        raise original
-
-    call.__oocarr_translating__ = True  # type: ignore[attr-defined]
-    return call
-
-
-class _DropDeferred(logging.Filter):
-    """Drops JAX's log record of a callback failure that oocarr re-raises at the call site."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        exc = record.exc_info[1] if record.exc_info else None
-        return not isinstance(exc, DeferredError)
-
-
-def patched() -> bool:
-    """Whether :func:`patch_jax_errors` was called (and succeeded) in this process.
-
-    Examples
-    --------
-    >>> patched() in (True, False)
-    True
-    """
-    return _patched
-
-
-def patch_jax_errors() -> bool:
-    """Opt in: make every ``jax.jit`` call raise oocarr's callback errors as themselves.
-
-    This patches JAX: it wraps ``pxla.ExecuteReplicated.__call__`` (the
-    Python function through which JAX runs every compiled program with host
-    callbacks) and adds a filter to JAX's ``jax._src.callback`` logger.
-    oocarr never calls it itself; :func:`typed_errors` gets the same errors
-    back without touching JAX.  Idempotent.  Returns False (changing
-    nothing) when this JAX has no such function.
-
-    Examples
-    --------
-    >>> patch_jax_errors() in (True, False)  # doctest: +SKIP
-    True
-    """
-    global _patched
-    if _patched:
-        return True
-    try:
-        from jax._src.interpreters import pxla
-    except ImportError:
-        return False
-    cls = getattr(pxla, "ExecuteReplicated", None)
-    execute = vars(cls).get("__call__") if isinstance(cls, type) else None
-    if not callable(execute):
-        return False
-    if not getattr(execute, "__oocarr_translating__", False):
-        cls.__call__ = _translating(execute)
-    logging.getLogger("jax._src.callback").addFilter(_DropDeferred())
-    _patched = True
-    return True

@@ -96,7 +96,7 @@ def put(value: Any) -> jax.Array:
         return value
     if type(value) is np.ndarray:
         return _host_put()((value,))[0]
-    if isinstance(value, int | float | complex) and type(value) in (int, float, bool, complex):
+    if type(value) in (int, float, bool, complex):
         key = (type(value), value)
         found = _scalars.get(key)
         if found is None:

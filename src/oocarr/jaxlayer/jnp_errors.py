@@ -30,6 +30,7 @@ __all__ = ["install", "message", "operator_message", "refuse_conversion"]
 #: The names of oocarr's functions, set by :func:`install`.
 _ours: frozenset[str] = frozenset()
 _NUMPY = "jax._src.numpy."
+_OPERATOR_MODULE = "jax._src.numpy.array_methods"
 #: Modules of jax.numpy whose functions convert other functions' arguments.
 _HELPERS = frozenset({"jax._src.numpy.util", "jax._src.numpy.array_methods"})
 
@@ -97,40 +98,29 @@ def operator_message(name: str) -> str:
     )
 
 
-def _jax_operator() -> str | None:
-    """The name of JAX's binary operator on the stack converting its right operand, if any."""
-    frame = sys._getframe(2)
-    while frame is not None:
-        if frame.f_globals.get("__name__") == "jax._src.numpy.array_methods":
-            name = frame.f_code.co_name
-            if name.startswith("_operator_"):
-                return name[len("_operator_") :]
-        if not frame.f_globals.get("__name__", "").startswith("jax."):
-            return None
-        frame = frame.f_back
-    return None
-
-
-def _calling_function() -> str | None:
-    """The name of the ``jax.numpy`` function converting an argument now: the ``fun_name``
-    that ``jax.numpy``'s argument helpers are given, else the outermost public function of
-    ``jax.numpy``'s modules on the stack (None when there is none)."""
+def _converting() -> tuple[str, str | None]:
+    """What in JAX is converting an argument now, from one walk up the stack:
+    ``("operator", name)`` for JAX's binary operator ``_operator_<name>`` (its right operand),
+    else ``("function", name)``: the ``fun_name`` that ``jax.numpy``'s argument helpers are
+    given, or the outermost public function of ``jax.numpy``'s modules (None when none)."""
     frame, outermost = sys._getframe(2), None
     while frame is not None:
         module = frame.f_globals.get("__name__", "")
         if module.startswith("jax."):
+            code = frame.f_code.co_name
+            if outermost is None and module == _OPERATOR_MODULE and code.startswith("_operator_"):
+                return "operator", code[len("_operator_") :]
             name = frame.f_locals.get("fun_name")
             if isinstance(name, str):
-                return name
-            public = not frame.f_code.co_name.startswith("_")
-            if module.startswith(_NUMPY) and module not in _HELPERS and public:
-                outermost = frame.f_code.co_name
+                return "function", name
+            if module.startswith(_NUMPY) and module not in _HELPERS and not code.startswith("_"):
+                outermost = code
         frame = frame.f_back
-    return outermost
+    return "function", outermost
 
 
 def refuse_conversion(x: Any) -> Any:
-    """``__jax_array__`` of a ``DiskArray`` and of its traced type: refuse to become a
+    """``__jax_array__`` of the traced type of a ``DiskArray``: refuse to become a
     ``jax.Array`` silently, naming the oocarr function to use.
 
     Raises
@@ -147,10 +137,9 @@ def refuse_conversion(x: Any) -> Any:
     ...     print(str(err).split(":")[0])
     jax.numpy.sum cannot read a DiskArray
     """
-    operator = _jax_operator()
-    if operator is not None:
-        raise JaxNumpyArgumentError(operator_message(operator))
-    name = _calling_function()
+    kind, name = _converting()
+    if kind == "operator":
+        raise JaxNumpyArgumentError(operator_message(name))
     if name is None:
         raise JaxNumpyArgumentError(
             "jax.numpy cannot read a DiskArray: use the oocarr function of the same name, "

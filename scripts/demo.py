@@ -142,7 +142,7 @@ def main() -> None:
     source_path = os.path.join(workdir, "sample.h5")
     name = "/experiment/features"
 
-    print(f"oocarr {oocarr.__version__}; drivers: {', '.join(oocarr.available_drivers())}")
+    print(f"oocarr {oocarr.__version__}; storage drivers: {', '.join(oocarr.available_drivers())}")
     start = time.perf_counter()
     make_sample(source_path, args.rows, args.cols)
     print(f"made {source_path}#{name} with h5py in {time.perf_counter() - start:.1f} s")

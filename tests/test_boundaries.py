@@ -38,7 +38,7 @@ STORAGE = {
     "drivers",
     "oocarr_drivers",
 }
-DRIVER_MAY_IMPORT = {"oocarr.store", "oocarr.interface", "oocarr.errors"}
+DRIVER_MAY_IMPORT = {"oocarr.store", "oocarr.errors"}
 
 #: The layers, top to bottom: (name, module patterns).  ``x*`` is ``x`` and everything under it.
 LAYERS = [
@@ -46,31 +46,29 @@ LAYERS = [
     ("driver tests", ["oocarr.store.testing"]),
     ("cli", ["oocarr.cli*"]),
     # the package's face re-exports the training helpers (``oocarr.stream_sum``, ``oocarr.optim``)
-    ("package face", ["oocarr", "oocarr.optim"]),
+    # the package's faces re-export the public API and the training helpers
+    ("package faces", ["oocarr", "oocarr.array_api", "oocarr.config"]),
     ("train", ["oocarr.train*"]),
-    (
-        "public API",
-        [
-            "oocarr.api",
-            "oocarr.functions",
-            "oocarr.statistics",
-            "oocarr.array_api",
-            "oocarr.indexing",
-            "oocarr.manipulation",
-            "oocarr.searching",
-            "oocarr.creation",
-            "oocarr.sets",
-            "oocarr.contraction",
-            "oocarr.config",
-            "oocarr._moved",
-        ],
-    ),
+    ("public API", ["oocarr.api*"]),
     ("jax layer", ["oocarr.jaxlayer*"]),
     ("ops", ["oocarr.ops*"]),
     ("engine", ["oocarr.engine*"]),
     ("store", ["oocarr.store*"]),
     ("base", ["oocarr.errors"]),
 ]
+
+#: What may stand at the top of ``src/oocarr``: the package's thin faces (``linalg`` and ``fft``
+#: when those extensions come), and one folder per layer.
+TOP_FACES = {"__init__.py", "array_api.py", "config.py", "errors.py", "linalg.py", "fft.py"}
+LAYER_FOLDERS = {
+    "cli": "cli",
+    "train": "train",
+    "api": "public API",
+    "jaxlayer": "jax layer",
+    "ops": "ops",
+    "engine": "engine",
+    "store": "store",
+}
 
 #: Narrower rules on top of the layers: (modules, the only oocarr modules they may import, why).
 EXTRA_RULES = [
@@ -125,11 +123,14 @@ def _is_type_checking(test: ast.expr) -> bool:
 
 
 def _statements(nodes: Iterable[ast.AST], local: bool = False) -> Iterator[tuple[ast.stmt, bool]]:
-    """Every import statement that can run, with whether it sits inside a function."""
+    """Every import statement, with whether it sits inside a function (those under
+    ``if TYPE_CHECKING:`` too)."""
     for node in nodes:
         if isinstance(node, ast.Import | ast.ImportFrom):
             yield node, local
         elif isinstance(node, ast.If) and _is_type_checking(node.test):
+            # imports for annotations only are dependencies too: they count like the others
+            yield from _statements(node.body, local)
             yield from _statements(node.orelse, local)
         else:
             inner = local or isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
@@ -390,38 +391,20 @@ def test_each_module_imports_alone_in_a_fresh_interpreter():
     )
 
 
-def test_old_module_paths_warn_and_give_the_same_objects():
-    problems = json.loads(
-        run_python(
-            """
-            import importlib, json, re, warnings
-            import oocarr
-            from oocarr._moved import MOVED
-
-            problems = []
-            for old, new in MOVED.items():
-                with warnings.catch_warnings(record=True) as caught:
-                    warnings.simplefilter("always")
-                    module = importlib.import_module(old)
-                named = rf"(?<![\\w.]){re.escape(new)}(?![\\w.])"
-                if not any(
-                    issubclass(w.category, DeprecationWarning) and re.search(named, str(w.message))
-                    for w in caught
-                ):
-                    problems.append(f"{old}: no DeprecationWarning naming {new}: "
-                                    f"{[str(w.message) for w in caught]}")
-                target = importlib.import_module(new)
-                names = getattr(target, "__all__", None) or [
-                    n for n in vars(target) if not n.startswith("_")
-                ]
-                problems += [f"{old}.{n} is not {new}.{n}" for n in names
-                             if getattr(module, n) is not getattr(target, n)]
-            from oocarr.blocked import BlockedArray
-            import oocarr.store.blocked
-            if BlockedArray is not oocarr.store.blocked.BlockedArray:
-                problems.append("oocarr.blocked.BlockedArray is not oocarr.store.blocked's")
-            print(json.dumps(problems))
-            """
-        )
+def test_the_top_of_the_package_holds_only_its_faces_and_the_layer_folders():
+    top = SRC / "oocarr"
+    modules = sorted(p.name for p in top.glob("*.py"))
+    folders = sorted(p.name for p in top.iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert set(modules) <= TOP_FACES, (
+        f"modules at the top of src/oocarr besides its faces: {sorted(set(modules) - TOP_FACES)}"
     )
-    assert not problems, "\n".join(problems)
+    assert folders == sorted(LAYER_FOLDERS), (
+        f"folders of src/oocarr: {folders}, layers: {sorted(LAYER_FOLDERS)}"
+    )
+    for folder, layer in LAYER_FOLDERS.items():
+        inside = [m for m in CORE if m == f"oocarr.{folder}" or m.startswith(f"oocarr.{folder}.")]
+        assert inside and all(
+            layer_name(m) == layer for m in inside if m != "oocarr.store.testing"
+        ), f"src/oocarr/{folder}/ is the {layer} layer, and only it: " + ", ".join(
+            f"{m} ({layer_name(m)})" for m in inside if layer_name(m) != layer
+        )

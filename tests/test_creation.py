@@ -1,4 +1,4 @@
-"""The Array API's creation functions, tril and triu (oocarr.creation), against NumPy (values)
+"""The Array API's creation functions, tril and triu (oocarr.api.creation), against NumPy (values)
 and jax.numpy (default dtypes, gradients), eager and under jit, on shapes cut into several
 tiles by a small memory budget."""
 
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import oocarr
-from oocarr import creation as xc
 from oocarr import errors
+from oocarr.api import creation as xc
 from stored_arrays import same as same_within
 from stored_arrays import skip_slow, stored
 

@@ -304,7 +304,7 @@ def test_a_worker_killed_mid_copy_leaves_the_local_chunks(client, data, tmp_path
     src = arrays["npy"].store
     with oocarr.memory_budget(BUDGET), oocarr.executor(client):
         with cls.create(locator, src.shape, src.dtype, chunks=(64, 40), compression="zstd") as dst:
-            oocarr.api.copy_tiles(src, dst, advance=advance)
+            oocarr.api.storage.copy_tiles(src, dst, advance=advance)
     assert killed
     assert _chunk_bytes(tmp_path / "remote.zarr") == _chunk_bytes(tmp_path / "local.zarr")
     client.wait_for_workers(2, timeout=60)
@@ -404,7 +404,7 @@ def test_a_copy_whose_client_is_lost_leaves_nothing_at_the_destination(client, d
     with oocarr.memory_budget(BUDGET), oocarr.executor(other):
         with pytest.raises(ExecutorError, match="nothing was committed"):
             with cls.create(locator, src.shape, src.dtype, chunks=(64, 40)) as dst:
-                oocarr.api.copy_tiles(src, dst, advance=advance)
+                oocarr.api.storage.copy_tiles(src, dst, advance=advance)
     assert closed
     with pytest.raises(oocarr.errors.NotFoundError):
         oocarr.open(str(target))

@@ -164,5 +164,4 @@ def test_no_hook_logger_filter_or_warning_filter_is_added(probes):
     assert touched(used["loggers"]) == touched(plain["loggers"])  # filters and handlers
     assert used["hooks_kept"] and plain["hooks_kept"]
     assert used["warning_filters_added"] == plain["warning_filters_added"]
-    # oocarr's only import hook answers oocarr's own old module paths (oocarr._moved)
-    assert used["meta_path_added"] == ["oocarr._moved"]
+    assert used["meta_path_added"] == plain["meta_path_added"] == []

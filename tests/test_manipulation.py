@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import oocarr
 from oocarr import errors
-from oocarr import manipulation as mp
+from oocarr.api import manipulation as mp
 from stored_arrays import same, skip_slow, stored
 
 BUDGET = 4 * 4 * 24

@@ -156,7 +156,7 @@ SCRIPTS = {
                              standalone_mode=False)
         run(big)
         with oocarr.memory_budget(BUDGET):
-            tile = oocarr.api.tile_plan(big.store, "stats")
+            tile = oocarr.api.storage.tile_plan(big.store, "stats")
         projected = STATS_TILES * int(np.prod(tile)) * 4
         growth, _, _ = measure(lambda: run(big))
         report(growth, projected, 0.0)

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import oocarr
-from oocarr import errors, searching
+from oocarr import errors
+from oocarr.api import searching
 from oocarr.ops.sorting import Sort
 from stored_arrays import same, skip_slow, stored
 

@@ -1,4 +1,4 @@
-"""The Array API's set functions and nonzero (oocarr.sets) against NumPy, streamed over
+"""The Array API's set functions and nonzero (oocarr.api.sets) against NumPy, streamed over
 inputs cut into several tiles by a small memory budget; eager only, refused under jit."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import oocarr
 from oocarr import errors
-from oocarr import sets as xs
+from oocarr.api import sets as xs
 from stored_arrays import same as same_within
 from stored_arrays import skip_slow, stored
 

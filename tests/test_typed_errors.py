@@ -422,7 +422,7 @@ def test_block_grid_of_a_huge_array_starts_at_once(tmp_path):
     x = oocarr.open(_huge_zarr(tmp_path / "a.zarr", "i1", 2**62, 2**20)).store
     tiled = x.with_pages((2**20,))
     assert next(iter(tiled.block_grid())) == (0,)
-    region, values = next(oocarr.api.read_tiles(x, (2**20,)))
+    region, values = next(oocarr.api.storage.read_tiles(x, (2**20,)))
     assert region == (slice(0, 2**20),) and not values.any()
 
 

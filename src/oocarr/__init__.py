@@ -1,14 +1,15 @@
 """oocarr: disk-backed arrays for JAX, written once against one page-store interface.
 
-The layers, top to bottom, are folders (docs/architecture.md): ``cli/``, ``train/``, this
-package's public API (here, :mod:`~oocarr.api`, :mod:`~oocarr.functions`,
-:mod:`~oocarr.config`), ``jaxlayer/``, ``ops/``, ``engine/`` and ``store/``; the drivers live
-outside the package and are found through the registry.
+The layers, top to bottom, are folders (docs/architecture.md): ``cli/``, ``train/``, the public
+API (``api/``: one module per family, re-exported here and by :mod:`oocarr.array_api`),
+``jaxlayer/``, ``ops/``, ``engine/`` and ``store/``; the drivers live outside the package and are
+found through the registry.  This module, :mod:`oocarr.array_api`, :mod:`oocarr.config` and
+:mod:`oocarr.errors` are the package's faces.
 
 Importing oocarr changes nothing outside oocarr: no allocator setting, no JAX configuration or
 dispatch mode, no function of JAX or of another library wrapped or replaced (the engine computes
 on a CPU client of its own, :mod:`oocarr.engine.device`).  It installs ``DiskArray``'s
-operators and answers its own old module paths (:mod:`oocarr._moved`).
+operators and methods, on oocarr's own class.
 
 Examples
 --------
@@ -21,11 +22,9 @@ array([4., 5., 6., 7.])
 
 from importlib.metadata import PackageNotFoundError, version
 
-from . import _moved, array_api, errors, manipulation, optim, searching
-from .api import create, from_numpy, open, resolve, save, to_numpy
-from .config import config, memory_budget, set_memory_budget
-from .contraction import einsum, tensordot
-from .creation import (
+from . import api, array_api, errors
+from .api.contraction import einsum, tensordot
+from .api.creation import (
     arange,
     asarray,
     empty,
@@ -42,9 +41,7 @@ from .creation import (
     zeros,
     zeros_like,
 )
-from .engine.executor import current_executor, executor, set_executor
-from .engine.stats import io_stats
-from .functions import (
+from .api.elementwise import (
     abs,
     acos,
     acosh,
@@ -131,12 +128,8 @@ from .functions import (
     update,
     where,
 )
-from .indexing import install_indexing, take
-from .jaxlayer import jnp_errors
-from .jaxlayer.disk_array import DiskArray
-from .jaxlayer.jit_errors import jit, original_error, typed_errors
-from .jaxlayer.make_op import make_op
-from .manipulation import (
+from .api.indexing import install_indexing, take
+from .api.manipulation import (
     broadcast_arrays,
     broadcast_to,
     concat,
@@ -151,7 +144,7 @@ from .manipulation import (
     tile,
     unstack,
 )
-from .searching import (
+from .api.searching import (
     argmax,
     argmin,
     argsort,
@@ -162,8 +155,8 @@ from .searching import (
     searchsorted,
     sort,
 )
-from .sets import nonzero, unique_all, unique_counts, unique_inverse, unique_values
-from .statistics import (
+from .api.sets import nonzero, unique_all, unique_counts, unique_inverse, unique_values
+from .api.statistics import (
     count_nonzero,
     install_methods,
     nanmax,
@@ -175,10 +168,19 @@ from .statistics import (
     std,
     var,
 )
+from .api.storage import create, from_numpy, open, resolve, save, to_numpy
+from .config import config, memory_budget, set_memory_budget
+from .engine.executor import current_executor, executor, set_executor
+from .engine.stats import io_stats
+from .jaxlayer import jnp_errors
+from .jaxlayer.disk_array import DiskArray
+from .jaxlayer.jit_errors import jit, original_error, typed_errors
+from .jaxlayer.make_op import make_op
 from .store.blocked import BlockedArray
 from .store.locator import Locator
 from .store.registry import available_drivers, get_driver, register_driver
 from .store.scratch import scratch_dir, set_scratch_dir
+from .train import optim
 from .train.checkpoint import load_params, save_params
 from .train.full_batch import stream_sum
 from .train.grain_source import GrainSource
@@ -187,10 +189,9 @@ from .train.minibatches import batches
 install_operators()
 install_methods()
 install_indexing()
-manipulation.install_methods()
-searching.install_methods()
+api.manipulation.install_methods()
+api.searching.install_methods()
 array_api.install_namespace()
-_moved.install()
 
 try:
     __version__ = version("oocarr")

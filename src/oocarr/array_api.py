@@ -26,8 +26,16 @@ import jax.numpy as jnp
 import numpy as np
 from jax._src import core as jax_core
 
-from oocarr import contraction, creation, indexing, manipulation, searching, sets, statistics
-from oocarr import functions as fn
+from oocarr.api import (
+    contraction,
+    creation,
+    indexing,
+    manipulation,
+    searching,
+    sets,
+    statistics,
+)
+from oocarr.api import elementwise as fn
 from oocarr.errors import InvalidArgumentError, NotProvidedError, ShapeMismatchError
 from oocarr.jaxlayer.disk_array import DiskArray, DiskArrayType
 from oocarr.ops.elementwise import (

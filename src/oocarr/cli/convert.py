@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 import oocarr
-from oocarr.api import copy_tiles
+from oocarr.api.storage import copy_tiles
 from oocarr.errors import AlreadyExistsError
 from oocarr.store import BlockedArray
 from oocarr.store.containment import check_apart

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from oocarr.api import tile_projection
+from oocarr.api.storage import tile_projection
 from oocarr.config import memory_budget_bytes
 from oocarr.engine.executor import DaskExecutor, current_executor
 from oocarr.engine.stats import IOCounts, call_site, record

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from oocarr.api import read_tiles, tile_plan
+from oocarr.api.storage import read_tiles, tile_plan
 from oocarr.errors import OocarrError
 from oocarr.store import BlockedArray
 
@@ -16,14 +16,14 @@ from .errors import CommandError, exit_code_for
 
 __all__ = ["COPY_SHARE", "STATS_SHARE", "tile_shape", "read_tiles", "checksum", "reading"]
 
-#: Tile-sized buffers a copy holds (the memory model's count: :func:`oocarr.api.tile_plan`).
+#: Tile-sized buffers a copy holds (the memory model's count: :func:`oocarr.api.storage.tile_plan`).
 COPY_SHARE = "copy"
 #: Tile-sized buffers statistics hold.
 STATS_SHARE = "stats"
 
 
 def tile_shape(store: BlockedArray, share: str, *chunks: tuple[int, ...] | None) -> tuple[int, ...]:
-    """:func:`oocarr.api.tile_plan` for ``share`` (``"copy"`` or ``"stats"``), whose budget
+    """:func:`oocarr.api.storage.tile_plan` for ``share`` (``"copy"`` or ``"stats"``), whose budget
     error tells a shell user to raise ``--memory``.
 
     Examples

@@ -93,6 +93,9 @@ class ComposedOp(BlockParallelOp):
     def min_tile_elems(self) -> int:
         return self.op.min_tile_elems()
 
+    def min_tile_label(self) -> str:
+        return self.op.min_tile_label()
+
     def plan(self, budget_elems: int, chunks: tuple[int, ...] | None, host: bool = False) -> Plan:
         """``op``'s plan, with its share of each tile-sized buffer scaled to the leaves'."""
         return self.op.plan(budget_elems * self.op.residency // self.residency, chunks)

@@ -24,7 +24,6 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from oocarr.errors import (
-    BudgetTooSmallError,
     ExecutorError,
     InvalidArgumentError,
     MissingDependencyError,
@@ -33,6 +32,7 @@ from oocarr.errors import (
 )
 from oocarr.store.locator import Locator
 
+from .plan import Buffers, Projection, require
 from .stats import IOCounts
 
 __all__ = ["DaskExecutor", "current_executor", "executor", "set_executor"]
@@ -95,16 +95,25 @@ class DaskExecutor:
         ]
         return min(shares) if shares else None
 
-    def check_fits(self, projected: int, what: str) -> None:
-        """Raise :class:`~oocarr.errors.BudgetTooSmallError` before anything runs when a task
-        of ``projected`` bytes does not fit the workers' memory per task."""
+    def check_fits(self, projected: int | Projection, what: str) -> None:
+        """Raise :class:`~oocarr.errors.BudgetTooSmallError` (through
+        :func:`~oocarr.engine.plan.require`) before anything runs when a task of ``what``
+        holding ``projected`` (bytes, or their itemised projection) does not fit the workers'
+        memory per task."""
         share = self.task_memory()
-        if share is not None and projected > share:
-            raise BudgetTooSmallError(
-                f"{what}: each task is planned to hold {_mb(projected)}, but the cluster's "
-                f"workers have {_mb(share)} per task (memory_limit / nthreads); lower the "
-                "memory budget (oocarr.memory_budget) or give the workers more memory per thread"
-            )
+        if share is None:
+            return
+        if isinstance(projected, Projection):
+            projected = Projection(what, projected.items)
+        else:
+            projected = Projection(what, (Buffers("one task's planned buffers", 1, projected),))
+        require(
+            projected,
+            share,
+            limit="the cluster's workers' memory per task (memory_limit / nthreads)",
+            remedy="by giving the workers more memory per thread, or lower the memory budget "
+            "(oocarr.memory_budget) so that each task holds less",
+        )
 
     def map(
         self, tasks: Sequence[Any], counts: IOCounts | None = None, what: str = "oocarr"
@@ -308,10 +317,6 @@ def _in_scratch(ref: Locator) -> bool:
     scratch = os.path.realpath(resolve_scratch_dir())
     path = os.path.realpath(ref.url.split("://", 1)[-1])
     return path == scratch or path.startswith(scratch + os.sep)
-
-
-def _mb(n: int) -> str:
-    return f"{n / 2**20:.1f} MiB"
 
 
 def _as_executor(client: Any, progress: bool | None = None) -> DaskExecutor | None:

@@ -39,7 +39,7 @@ from oocarr.store.buffers import BufferPool
 from oocarr.store.dtypes import as_dtype, dtype_token
 from oocarr.store.locator import Locator
 from oocarr.store.regions import broadcast_region
-from oocarr.store.registry import get_driver, register_driver
+from oocarr.store.registry import get_driver
 
 from .compile import BlockFunction
 
@@ -578,5 +578,6 @@ class FusedArray(BlockedArray):
         return sum(store.read_bytes(s) for store, s in self._leaf_tiles(shape))
 
 
-# The engine registers its computed array itself: the page-store layer knows no layer above it.
-register_driver(DRIVER, FusedArray)
+# Not a storage driver: the registry resolves the "fused" locators to FusedArray by name
+# ("oocarr.engine.fused:FusedArray", see ``registry.register_array_kind``), importing this
+# module only when one is reopened, so a fresh process reopens them without importing it first.

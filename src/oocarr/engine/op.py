@@ -106,6 +106,18 @@ class Op:
         """Elements in the smallest tile this op can run with (for the budget check)."""
         return 1
 
+    def min_tile_label(self) -> str:
+        """What the op's own tile-sized buffers hold at least, as the budget check's refusal
+        names them: ``"op tiles"``, or what :meth:`min_tile_elems` stands for.
+
+        Examples
+        --------
+        >>> from oocarr.ops.elementwise import UNARY
+        >>> UNARY["exp"]((4,)).min_tile_label()
+        'op tiles'
+        """
+        return "op tiles"
+
     #: Whether the block functions depend on the input shapes (not just on the blocks').
     shape_dependent: bool = False
 

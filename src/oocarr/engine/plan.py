@@ -6,7 +6,8 @@ statistics) describes the buffers it will hold at once as a
 :class:`Projection`, itemised (input tiles in flight, prefetch,
 accumulators, write-behind, shuffle buffer ...), and hands it to
 :func:`require` before it reads anything.  :func:`require` is the one place
-:class:`~oocarr.errors.BudgetTooSmallError` is raised; the projection of the
+:class:`~oocarr.errors.BudgetTooSmallError` is raised (for the other limits too: the
+memory ``to_numpy`` may allocate, a Dask worker's memory per task); the projection of the
 plan actually run is recorded with the call's I/O counters
 (``io_stats().by_site[site].projected_bytes``), so a peak can be checked
 against it.
@@ -205,22 +206,29 @@ def require(
     projection: Projection,
     budget: int,
     *,
+    limit: str = "the memory budget",
     remedy: str = "with oocarr.set_memory_budget",
     url: str | None = None,
 ) -> None:
     """Raise :class:`~oocarr.errors.BudgetTooSmallError` when ``projection`` exceeds ``budget``.
 
     The one place that error is raised: every streamer projects the smallest
-    plan it could run (or the plan it will run) and calls this before any I/O.
+    plan it could run (or the plan it will run) and calls this before any I/O;
+    so do the checks against other limits (the memory ``to_numpy`` may
+    allocate, a Dask worker's memory per task), naming theirs in ``limit``.
 
     Parameters
     ----------
     projection : Projection
         What the streamer needs at least.
     budget : int
-        The memory budget in force, in bytes.
+        The limit in force, in bytes.
+    limit : str
+        What ``budget`` is, as the message names it (``"the memory available"``).
     remedy : str
-        How the user raises the budget (the CLI says ``--memory``).
+        How the user fixes it, following "raise it to at least ... bytes": how to raise the
+        limit (``"with oocarr.set_memory_budget"``, the CLI's ``"with --memory"``) and any
+        other way out.
     url : str, optional
         The array the error is about.
 
@@ -233,6 +241,13 @@ def require(
     oocarr.errors.BudgetTooSmallError: the memory budget of 11 bytes cannot hold sum: it needs \
 at least 12 bytes (3 x 4 bytes of op tiles); raise it to at least 12 bytes with \
 oocarr.set_memory_budget
+    >>> whole = Projection("to_numpy", (Buffers("the whole array", 1, 800),))
+    >>> require(whole, 100, limit="the memory available", remedy="by freeing memory", url="a.npy")
+    Traceback (most recent call last):
+    ...
+    oocarr.errors.BudgetTooSmallError: the memory available of 100 bytes cannot hold to_numpy \
+of a.npy: it needs at least 800 bytes (1 x 800 bytes of the whole array); raise it to at least \
+800 bytes by freeing memory
     """
     need = projection.nbytes
     if need <= budget:
@@ -240,7 +255,7 @@ oocarr.set_memory_budget
     parts = " + ".join(str(b) for b in projection.items if b.count)
     what = projection.streamer if url is None else f"{projection.streamer} of {url}"
     raise BudgetTooSmallError(
-        f"the memory budget of {budget} bytes cannot hold {what}: it needs at "
+        f"{limit} of {budget} bytes cannot hold {what}: it needs at "
         f"least {need} bytes ({parts}); raise it to at least {need} bytes {remedy}",
         url=url,
     )

@@ -114,7 +114,7 @@ class OOCAlgorithm:
         return Projection(
             self.op.name,
             (
-                Buffers("op tiles", self.op.residency, tile),
+                Buffers(self.op.min_tile_label(), self.op.residency, tile),
                 Buffers(
                     "input tiles read ahead or held by XLA",
                     total - self.op.residency - WRITE_BEHIND_TILES,
@@ -348,13 +348,13 @@ class OOCAlgorithm:
         """The forward pass as tile tasks on ``cluster``: checked against the workers' memory
         per task and reach before any runs, tiles written here in task order as they come
         (the same bytes as :meth:`_forward_loop`)."""
-        projected = self.projection(operands, plan, itemsize).nbytes
-        self.counts.project(projected)
+        projection = self.projection(operands, plan, itemsize)
+        self.counts.project(projection.nbytes)
         tasks = self._written_by_workers(self.tasks(operands, plan).tasks, out)
         if tasks:
             refs = (*tasks[0].inputs, *([out.locator] if tasks[0].writer is not None else []))
             cluster.check_reachable(refs, self.site)
-        cluster.check_fits(projected, self.site)
+        cluster.check_fits(projection, self.site)
         with WriteBehind(self._write_tile, out) as writer:
             for task, tile in finished_tiles(tasks, cluster.map(tasks, self.counts, self.site)):
                 self.counts.tiles += 1
@@ -497,14 +497,14 @@ class OOCAlgorithm:
                 else 1
             )
             plan = self.plan([*operands, g_operand], itemsize, share)
-            projected = self.projection([*operands, g_operand], plan, itemsize).nbytes
-            self.counts.project(projected)
+            projection = self.projection([*operands, g_operand], plan, itemsize)
+            self.counts.project(projection.nbytes)
             cluster = current_executor()
             if cluster is not None:
                 tasks = self.backward_tasks(operands, g_operand, wanted, out, plan).tasks
                 if tasks:
                     cluster.check_reachable((*tasks[0].inputs, *tasks[0].tiles), self.site)
-                cluster.check_fits(projected, self.site)
+                cluster.check_fits(projection, self.site)
                 for result in cluster.map(tasks, self.counts, self.site):
                     for i, region, grad in result:
                         _accumulate(targets[i], region, grad, self.counts)

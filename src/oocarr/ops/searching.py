@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from oocarr.engine.op import CustomOp, Run
-from oocarr.errors import BudgetTooSmallError, InvalidArgumentError, NotSupportedError
+from oocarr.errors import InvalidArgumentError, NotSupportedError
 from oocarr.ops.prod import ReducingOp
 
 __all__ = [
@@ -28,7 +28,6 @@ __all__ = [
     "NanArgMax",
     "NanArgMin",
     "SearchSorted",
-    "line_budget_error",
     "refuse_complex",
 ]
 
@@ -44,12 +43,6 @@ def refuse_complex(name: str, dtype: np.dtype) -> None:
             f"{name} of complex arrays is not built for stored arrays (complex numbers have no "
             "order in the Array API); compare their real parts or absolute values instead"
         )
-
-
-def line_budget_error(err: BudgetTooSmallError, what: str) -> BudgetTooSmallError:
-    """``err`` (the engine's refusal of a tile of the op's smallest size) restated for an op
-    whose tile holds ``what`` (``"whole lines of 1000 elements along axis 1"``) at least."""
-    return BudgetTooSmallError(f"each tile must hold {what}: {err}", url=err.url)
 
 
 class ArgMax(ReducingOp):
@@ -200,6 +193,16 @@ class SearchSorted(CustomOp):
     def min_tile_elems(self) -> int:
         return max(1, self.in_shapes[0][0])
 
+    def min_tile_label(self) -> str:
+        """The whole of ``x1``.
+
+        Examples
+        --------
+        >>> SearchSorted((1000,), (7, 5)).min_tile_label()
+        'op tiles holding the whole sorted array x1 of 1000 elements'
+        """
+        return f"op tiles holding the whole sorted array x1 of {self.in_shapes[0][0]} elements"
+
     def result_dtype(self, *inputs: jax.ShapeDtypeStruct) -> np.dtype:
         x1, x2, *sorter = inputs
         for x in (x1, x2):
@@ -217,11 +220,7 @@ class SearchSorted(CustomOp):
 
     def forward(self, run: Run) -> None:
         x2 = self.in_shapes[1]
-        try:
-            tile = run.tile_shape(x2)
-        except BudgetTooSmallError as err:
-            what = f"the whole sorted array x1 of {self.in_shapes[0][0]} elements"
-            raise line_budget_error(err, what) from err
+        tile = run.tile_shape(x2)
         # read once and kept by its reader (no other region of x1 is read)
         x1 = run.inputs[0].read((slice(0, self.in_shapes[0][0]),))
         if len(run.inputs) > 2:

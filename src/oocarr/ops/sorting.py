@@ -17,8 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from oocarr.engine.op import CustomOp, Run, grow_block
-from oocarr.errors import BudgetTooSmallError, InvalidArgumentError
-from oocarr.ops.searching import line_budget_error, refuse_complex
+from oocarr.errors import InvalidArgumentError
+from oocarr.ops.searching import refuse_complex
 
 __all__ = ["Sort", "ArgSort"]
 
@@ -59,6 +59,17 @@ class Sort(CustomOp):
     def min_tile_elems(self) -> int:
         return max(1, self.in_shapes[0][self.axis])
 
+    def min_tile_label(self) -> str:
+        """Whole lines along the axis.
+
+        Examples
+        --------
+        >>> Sort((4, 1000), axis=1).min_tile_label()
+        'op tiles of whole lines of 1000 elements along axis 1'
+        """
+        n = self.in_shapes[0][self.axis]
+        return f"op tiles of whole lines of {n} elements along axis {self.axis}"
+
     def result_dtype(self, *inputs: jax.ShapeDtypeStruct) -> np.dtype:
         refuse_complex(self.name, np.dtype(inputs[0].dtype))
         return np.dtype(inputs[0].dtype)
@@ -67,18 +78,10 @@ class Sort(CustomOp):
         """Whole lines along the axis, as many as one tile-sized buffer of the budget holds."""
         (shape,) = self.in_shapes
         n = shape[self.axis]
-        try:
-            # a 1-d tile of every element: as many elements as one buffer of the budget holds
-            (elems,) = run.tile_shape((math.prod(shape),))
-        except BudgetTooSmallError as err:
-            what = f"whole lines of {n} elements along axis {self.axis}"
-            raise line_budget_error(err, what) from err
-        lines = elems // max(1, n)
-        if lines < 1:  # the engine's check of the op's smallest tile raises before this
-            raise BudgetTooSmallError(
-                f"{self.name} along axis {self.axis} needs lines of {n} elements in one tile, "
-                f"and a tile of this budget holds {elems}; raise the memory budget"
-            )
+        # a 1-d tile of every element: as many elements as one buffer of the budget holds (the
+        # engine has refused a budget without room for one line: see ``min_tile_label``)
+        (elems,) = run.tile_shape((math.prod(shape),))
+        lines = max(1, elems // max(1, n))  # 0 elements only where another axis is empty
         others = shape[: self.axis] + shape[self.axis + 1 :]
         grown = grow_block(others, 1, lines)
         return (*grown[: self.axis], n, *grown[self.axis :])

@@ -4,8 +4,7 @@ The layer's modules (``blocked``, ``locator``, ``regions``, ``pages``,
 ``dtypes``, ``compression``, ``buffers``, ``views``, ``registry``,
 ``scratch``) import nothing of oocarr but each other and :mod:`oocarr.errors`.
 A driver (built in or third party) imports this package and
-:mod:`oocarr.errors`, and nothing else of oocarr (``oocarr.interface`` is the
-deprecated old name of this package's surface).
+:mod:`oocarr.errors`, and nothing else of oocarr.
 
 Examples
 --------

@@ -55,10 +55,9 @@ from .compression import Compression, parse_compression
 from .dtypes import as_dtype, byte_order, dtype_name
 from .locator import Locator, normalize_container
 from .regions import check_region, parse_key
-from .scratch import is_scratch
 from .storage_errors import transport_failures
 
-__all__ = ["BlockedArray", "jsonable_attrs", "reopen", "require_exists", "corrupt", "temp_sibling"]
+__all__ = ["BlockedArray", "jsonable_attrs", "require_exists", "corrupt", "temp_sibling"]
 
 _MODES = ("r", "r+")
 _SECRET_WORDS = ("secret", "password", "token", "key", "credential")
@@ -103,23 +102,6 @@ def jsonable_attrs(attrs: Mapping[str, Any], *, url: str | None = None) -> dict[
             url=url,
         ) from None
     return out
-
-
-def reopen(locator: Locator, mode: str, page_shape: tuple[int, ...] | None) -> BlockedArray:
-    """Reopen an array from its locator; the target of ``BlockedArray`` pickling.
-
-    Examples
-    --------
-    >>> import pickle, tempfile, os, numpy as np, oocarr
-    >>> path = os.path.join(tempfile.mkdtemp(), "a.npy")
-    >>> a = oocarr.save(np.arange(4.0), path).store
-    >>> pickle.loads(pickle.dumps(a))[1:3]
-    array([1., 2.])
-    """
-    from .registry import get_driver
-
-    store = get_driver(locator.driver).open(locator, mode)
-    return store if page_shape is None else store.with_pages(page_shape)
 
 
 #: The largest chunk ``create`` makes, in bytes: HDF5's limit (4 GiB - 1), and far beyond what
@@ -360,7 +342,7 @@ class BlockedArray(abc.ABC):
                 "use oocarr.create to make a new array",
                 url=locator.full_url,
             )
-        lock = None if mode == "r" or is_scratch(locator) else locks.acquire(locator)
+        lock = locks.writer_lock(locator, mode)
         with locks.released_on_error(lock):
             with transport_failures("opening", locator.full_url):
                 store = cls._open(locator, mode)
@@ -459,7 +441,7 @@ class BlockedArray(abc.ABC):
                 "another driver",
                 url=url,
             )
-        lock = None if is_scratch(locator) else locks.acquire(locator)
+        lock = locks.writer_lock(locator)
         with locks.released_on_error(lock):
             with transport_failures("creating", url):
                 taken = not overwrite and cls.exists(locator)
@@ -1071,7 +1053,25 @@ class BlockedArray(abc.ABC):
                 "it to another process",
                 url=self.url,
             )
-        return (reopen, (self._locator, self._mode, getattr(self, "_view_pages", None)))
+        # by the driver class itself (pickled by reference): the registry is a layer above
+        return (type(self)._reopen, (self._locator, self._mode, getattr(self, "_view_pages", None)))
+
+    @classmethod
+    def _reopen(
+        cls, locator: Locator, mode: str, page_shape: tuple[int, ...] | None
+    ) -> BlockedArray:
+        """Reopen an array from its locator: the target of pickling.
+
+        Examples
+        --------
+        >>> import pickle, tempfile, os, numpy as np, oocarr
+        >>> path = os.path.join(tempfile.mkdtemp(), "a.npy")
+        >>> a = oocarr.save(np.arange(4.0), path).store
+        >>> pickle.loads(pickle.dumps(a))[1:3]
+        array([1., 2.])
+        """
+        store = cls.open(locator, mode)
+        return store if page_shape is None else store.with_pages(page_shape)
 
     # ------------------------------------------------------------------
     # Description

@@ -43,6 +43,9 @@ from .locator import Locator, is_local, normalize_container
 __all__ = [
     "WriterLock",
     "acquire",
+    "writer_lock",
+    "make_private",
+    "is_private",
     "released_on_error",
     "release_writer",
     "lock_path",
@@ -71,6 +74,10 @@ class _Entry:
 # Re-entrant: _drop runs from finalisers, which the collector may run while this thread holds it.
 _mutex = threading.RLock()
 _entries: dict[str, _Entry] = {}
+#: Arrays private to this process (its scratch: :mod:`oocarr.store.scratch` marks them), by
+#: locator and by directory: nothing else writes them, so they take no writer lock.
+_private_arrays: set[Locator] = set()
+_private_dirs: set[str] = set()
 
 
 def _container(locator: Locator) -> str | None:
@@ -267,6 +274,61 @@ def _drop(path: str, pid: int) -> None:
             return
         del _entries[path]
         unlock_and_remove(entry.fd, path)
+
+
+def make_private(locator: Locator | None = None, directory: str | None = None) -> None:
+    """Mark the array at ``locator``, or every array under ``directory``, as private to this
+    process: :func:`writer_lock` takes no lock for it.
+
+    Examples
+    --------
+    >>> loc = Locator.make("memmap", "/nowhere/private-example.npy")
+    >>> is_private(loc)
+    False
+    >>> make_private(loc); is_private(loc)
+    True
+    """
+    with _mutex:
+        if locator is not None:
+            _private_arrays.add(locator)
+        if directory is not None:
+            _private_dirs.add(directory.rstrip(os.sep) + os.sep)
+
+
+def is_private(locator: Locator) -> bool:
+    """Whether :func:`make_private` marked ``locator`` or a directory holding it.
+
+    Examples
+    --------
+    >>> make_private(directory="/nowhere/private-dir")
+    >>> is_private(Locator.make("memmap", "/nowhere/private-dir/a.npy"))
+    True
+    """
+    with _mutex:
+        if locator in _private_arrays:
+            return True
+        dirs = list(_private_dirs)
+    url = getattr(locator, "url", "")
+    return any(url.startswith(d) for d in dirs)
+
+
+def writer_lock(locator: Locator, mode: str = "r+") -> WriterLock | None:
+    """The writer lock an array opened with ``mode`` holds: none when read-only or private to
+    this process (:func:`is_private`), else :func:`acquire`'s.
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> loc = Locator.make("memmap", os.path.join(tempfile.mkdtemp(), "a.npy"))
+    >>> writer_lock(loc, "r") is None
+    True
+    >>> lock = writer_lock(loc); holds(loc)
+    True
+    >>> lock.release()
+    """
+    if mode == "r" or is_private(locator):
+        return None
+    return acquire(locator)
 
 
 def acquire(locator: Locator) -> WriterLock | None:

@@ -23,6 +23,15 @@ registry)::
 
 A driver registered as a class (or a ``"pkg.mod:Cls"`` string) is imported
 whenever a URL is guessed, so that its ``can_open`` can be asked.
+
+Only storage drivers are drivers: :func:`available_drivers`, :func:`guess_driver`
+and :func:`load_drivers` know nothing else.  The engine's own array kinds (``"view"``,
+a region of a stored array; ``"fused"``, an elementwise expression computed on read)
+have locators too, so a task pickled to another process reopens them with
+:func:`get_driver`; they live in a separate, private table (see
+:func:`register_array_kind`) that names each class as ``"package.module:Class"``, so
+that a fresh process resolves them without having imported the engine.  Their names
+are reserved: no storage driver can take them.
 """
 
 from __future__ import annotations
@@ -35,7 +44,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
-from oocarr.errors import MissingDependencyError, UnknownDriverError
+from oocarr.errors import InvalidArgumentError, MissingDependencyError, UnknownDriverError
 from oocarr.store.locator import option_mapping
 
 if TYPE_CHECKING:
@@ -49,6 +58,7 @@ __all__ = [
     "guess_driver",
     "load_drivers",
     "refresh",
+    "register_array_kind",
     "register_driver",
 ]
 
@@ -62,6 +72,9 @@ _specs: dict[str, DriverSpec] = {}
 _loaded: dict[str, type[BlockedArray]] = {}
 #: Drivers added with :func:`register_driver`: a class, "package.module:Class", or a spec.
 _registered: dict[str, Any] = {}
+#: Engine-internal array kinds (:func:`register_array_kind`): name -> "package.module:Class".
+#: Not drivers: never listed, guessed or loaded, only resolved by name for their locators.
+_array_kinds: dict[str, str] = {}
 
 
 def _by_suffix(container: str, suffixes: tuple[str, ...]) -> bool:
@@ -187,18 +200,22 @@ def _scan() -> dict[str, metadata.EntryPoint]:
         if _entry_points is None:
             found: dict[str, metadata.EntryPoint] = {}
             for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-                found.setdefault(ep.name, ep)
+                if ep.name not in _array_kinds:  # a reserved name names the engine's kind
+                    found.setdefault(ep.name, ep)
             _entry_points = found
         return _entry_points
 
 
 def available_drivers() -> list[str]:
-    """Names of every driver, from entry points and :func:`register_driver`, sorted.
+    """Names of every storage driver, from entry points and :func:`register_driver`, sorted.
+
+    The engine's internal array kinds (``"view"``, ``"fused"``) are not storage a
+    user can name, and are not listed.
 
     Examples
     --------
-    >>> sorted(set(available_drivers()) & {"memmap", "hdf5", "fsspec", "view"})
-    ['fsspec', 'hdf5', 'memmap', 'view']
+    >>> sorted(set(available_drivers()) & {"memmap", "hdf5", "fsspec", "view", "fused"})
+    ['fsspec', 'hdf5', 'memmap']
     """
     return sorted(set(_scan()) | set(_registered))
 
@@ -280,16 +297,22 @@ def _spec(name: str) -> DriverSpec:
 def get_driver(name: str) -> type[BlockedArray]:
     """The driver class registered under ``name``, imported on first use.
 
+    A locator's ``driver`` may also name one of the engine's internal array
+    kinds (``"view"``, ``"fused"``): those resolve here too, so that an array
+    pickled to another process reopens from its locator, but they are not
+    storage drivers (:func:`available_drivers` does not list them).
+
     Parameters
     ----------
     name : str
-        The driver's name, e.g. ``"hdf5"``.
+        The driver's name, e.g. ``"hdf5"``, or an internal array kind's.
 
     Raises
     ------
     UnknownDriverError
         When no installed distribution or :func:`register_driver` call
-        registers that name, or what it registers is not a driver.
+        registers that name, or what it registers is not a driver; the
+        message lists the storage drivers installed.
     MissingDependencyError
         When the driver's module needs a package that is not installed.
 
@@ -297,9 +320,13 @@ def get_driver(name: str) -> type[BlockedArray]:
     --------
     >>> get_driver("memmap").name
     'memmap'
+    >>> get_driver("view").__name__
+    'RegionView'
     """
     if name in _loaded:
         return _loaded[name]
+    if name in _array_kinds:
+        return _load_array_kind(name)
     spec = _spec(name)
     if name in _loaded:
         return _loaded[name]
@@ -420,28 +447,100 @@ def load_drivers() -> dict[str, type[BlockedArray]]:
 
 
 def register_driver(name: str, driver: Any) -> None:
-    """Add (or replace) the driver ``name`` for this process, without an installed distribution.
+    """Add (or replace) the storage driver ``name`` for this process, without an installed
+    distribution.
 
     Parameters
     ----------
     name : str
-        The driver's name, as ``driver=`` and locators spell it.
+        The driver's name, as ``driver=`` and locators spell it; not the name
+        of one of the engine's internal array kinds (``"view"``, ``"fused"``).
     driver : type, str or mapping
         A ``BlockedArray`` subclass; ``"package.module:Class"`` (imported
         when first needed: when asked for by name, or when a URL is
         guessed, to ask its ``can_open``); or a spec mapping (see the
         module's docstring), whose class is imported only once it claims a URL.
 
+    Raises
+    ------
+    InvalidArgumentError
+        When ``name`` is reserved for an internal array kind.
+
     Examples
     --------
     >>> register_driver("npy-again", "oocarr_drivers.memmap:MemmapArray")
     >>> get_driver("npy-again").__name__
     'MemmapArray'
+    >>> register_driver("view", "oocarr_drivers.memmap:MemmapArray")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    oocarr.errors.InvalidArgumentError: 'view' is reserved for oocarr's internal array kind ...
     """
     with _lock:
+        if name in _array_kinds:
+            raise InvalidArgumentError(
+                f"{name!r} is reserved for oocarr's internal array kind "
+                f"{_array_kinds[name]!r}, not a storage driver name; register the driver "
+                f"under another name (e.g. register_driver('my-{name}', ...))"
+            )
         _registered[name] = driver
         _specs.pop(name, None)
         _loaded.pop(name, None)
 
 
-register_driver("view", {"driver": "oocarr.store.views:RegionView"})
+def register_array_kind(name: str, target: str) -> None:
+    """Register one of the engine's internal array kinds: not a storage driver, but a
+    locator ``driver`` that :func:`get_driver` resolves (and nothing else lists or guesses).
+
+    Nothing is imported here: ``target`` is imported when :func:`get_driver` is first
+    asked for ``name``, so a process that unpickles such an array (a Dask worker)
+    reopens it from its locator without having imported the engine first.  The name
+    becomes reserved: :func:`register_driver` refuses it and an entry point with it is
+    ignored.
+
+    Parameters
+    ----------
+    name : str
+        The kind's name, as its locators spell ``driver``.
+    target : str
+        Its ``BlockedArray`` subclass, as ``"package.module:Class"``.
+
+    Raises
+    ------
+    InvalidArgumentError
+        When ``target`` is not a ``"package.module:Class"`` string.
+
+    Examples
+    --------
+    >>> register_array_kind("view", "oocarr.store.views:RegionView")
+    >>> "view" in available_drivers(), get_driver("view").__name__
+    (False, 'RegionView')
+    """
+    module, _, attr = target.partition(":") if isinstance(target, str) else ("", "", "")
+    if not (module and attr):
+        raise InvalidArgumentError(
+            f"array kind {name!r} must be registered as 'package.module:Class' "
+            f"(imported when first needed), not {target!r}"
+        )
+    with _lock:
+        _array_kinds[name] = target
+        _registered.pop(name, None)
+        _specs.pop(name, None)
+        _loaded.pop(name, None)
+    refresh()  # entry points are re-scanned without the reserved name
+
+
+def _load_array_kind(name: str) -> type[BlockedArray]:
+    driver = _import(name, _array_kinds[name])
+    if not isinstance(driver, type):
+        raise UnknownDriverError(
+            f"array kind {name!r} is registered as {_array_kinds[name]!r}, which is not a class"
+        )
+    with _lock:
+        _loaded[name] = driver
+    return driver
+
+
+# The engine's internal array kinds, by string: the page-store layer imports no layer above it.
+register_array_kind("view", "oocarr.store.views:RegionView")
+register_array_kind("fused", "oocarr.engine.fused:FusedArray")

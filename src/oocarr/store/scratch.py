@@ -295,6 +295,7 @@ def scratch_locator(stem: str | None = None, shape: Any = None, dtype: Any = Non
             _mark(directory)
     with _lock:
         _tracked_locators.add(locator)
+        locks.make_private(locator)
         if locator.path and is_local(locator.url):
             _containers[locator] = locator.url
     return locator
@@ -384,12 +385,7 @@ def is_scratch(locator: Any) -> bool:
     >>> is_scratch(scratch_locator()), is_scratch(Locator.make("memmap", "/data/a.npy"))
     (True, False)
     """
-    with _lock:
-        if locator in _tracked_locators:
-            return True
-        dirs = list(_used)
-    url = getattr(locator, "url", "")
-    return any(url.startswith(d.rstrip(os.sep) + os.sep) for d in dirs)
+    return locks.is_private(locator)
 
 
 def _enter(path: str) -> None:
@@ -398,6 +394,7 @@ def _enter(path: str) -> None:
         if path in _used:
             return
         _used.add(path)
+        locks.make_private(directory=path)
     with contextlib.suppress(OSError):
         clean(path)
 

@@ -35,7 +35,7 @@ import jax
 import ml_dtypes
 import numpy as np
 
-from oocarr.api import copy_tiles, save
+from oocarr.api.storage import copy_tiles, save
 from oocarr.errors import (
     AlreadyExistsError,
     InvalidArgumentError,

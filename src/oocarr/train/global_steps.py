@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from oocarr import functions
+from oocarr.api import elementwise
 from oocarr.errors import InvalidArgumentError
 from oocarr.jaxlayer.disk_array import is_disk
 from oocarr.train.optax_parts import (
@@ -69,7 +69,7 @@ def norm_of(u: Any) -> jax.Array:
     (6.0, 8.0)
     """
     if is_disk(u):
-        return jnp.sqrt(jnp.asarray(functions.sum(functions.square(u)), jnp.float32))
+        return jnp.sqrt(jnp.asarray(elementwise.sum(elementwise.square(u)), jnp.float32))
     return jnp.sqrt(jnp.sum(jnp.square(jnp.asarray(u, jnp.float32))))
 
 

@@ -23,7 +23,7 @@ counts.  Every result is a ``DiskArray`` in scratch storage.
 Examples
 --------
 >>> import numpy as np, oocarr
->>> from oocarr import sets
+>>> from oocarr.api import sets
 >>> x = oocarr.from_numpy(np.array([[3, 1, 3], [2, 1, 3]], "int32"))
 >>> np.asarray(sets.unique_counts(x).counts).tolist()
 [2, 1, 3]
@@ -39,8 +39,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax._src import core as jax_core
 
-from oocarr.api import from_numpy
-from oocarr.creation import default_dtype, plan_tile, write_scratch
+from oocarr.api.creation import default_dtype, plan_tile, write_scratch
+from oocarr.api.storage import from_numpy
 from oocarr.engine.io import WriteBehind, stream_read
 from oocarr.engine.stats import IOCounts, call_site, record
 from oocarr.errors import InvalidArgumentError, NotSupportedError

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from jax._src import core as jax_core
 
-from oocarr import functions as fn
+from oocarr.api import elementwise as fn
 from oocarr.errors import InvalidArgumentError, NotSupportedError, ShapeMismatchError
 from oocarr.jaxlayer.disk_array import DiskArray, add_methods
 from oocarr.jaxlayer.make_op import make_op
@@ -140,7 +140,7 @@ def reshape(x: Any, /, shape: tuple[int, ...], *, copy: bool | None = None) -> A
     Examples
     --------
     >>> import numpy as np, oocarr
-    >>> from oocarr.manipulation import reshape
+    >>> from oocarr.api.manipulation import reshape
     >>> x = oocarr.from_numpy(np.arange(6.0, dtype="f4"))
     >>> np.asarray(reshape(x, (2, -1)))
     array([[0., 1., 2.],
@@ -175,7 +175,7 @@ def expand_dims(x: Any, /, axis: int = 0) -> Any:
     Examples
     --------
     >>> import numpy as np, oocarr
-    >>> from oocarr.manipulation import expand_dims
+    >>> from oocarr.api.manipulation import expand_dims
     >>> x = oocarr.from_numpy(np.zeros((2, 3)))
     >>> expand_dims(x, axis=1).shape, expand_dims(x, axis=-1).shape
     ((2, 1, 3), (2, 3, 1))
@@ -198,7 +198,7 @@ def squeeze(x: Any, /, axis: int | tuple[int, ...]) -> Any:
     Examples
     --------
     >>> import numpy as np, oocarr
-    >>> from oocarr.manipulation import squeeze
+    >>> from oocarr.api.manipulation import squeeze
     >>> x = oocarr.from_numpy(np.zeros((2, 1, 3, 1)))
     >>> squeeze(x, axis=(1, -1)).shape, squeeze(x, ()) is x
     ((2, 3), True)
@@ -237,7 +237,7 @@ def concat(arrays: Sequence[Any], /, *, axis: int | None = 0) -> Any:
     Examples
     --------
     >>> import numpy as np, oocarr
-    >>> from oocarr.manipulation import concat
+    >>> from oocarr.api.manipulation import concat
     >>> x = oocarr.from_numpy(np.zeros((2, 3), "f4"))
     >>> np.asarray(concat([x, np.ones((1, 3), "f4")]))
     array([[0., 0., 0.],
@@ -269,7 +269,7 @@ def stack(arrays: Sequence[Any], /, *, axis: int = 0) -> Any:
     Examples
     --------
     >>> import numpy as np, oocarr
-    >>> from oocarr.manipulation import stack
+    >>> from oocarr.api.manipulation import stack
     >>> x = oocarr.from_numpy(np.arange(3.0, dtype="f4"))
     >>> np.asarray(stack([x, x + 10.0], axis=1))
     array([[ 0., 10.],
@@ -290,7 +290,7 @@ def flip(x: Any, /, *, axis: int | tuple[int, ...] | None = None) -> Any:
     Examples
     --------
     >>> import numpy as np, oocarr
-    >>> from oocarr.manipulation import flip
+    >>> from oocarr.api.manipulation import flip
     >>> x = oocarr.from_numpy(np.arange(6).reshape(2, 3))
     >>> np.asarray(flip(x, axis=1))
     array([[2, 1, 0],
@@ -317,7 +317,7 @@ def moveaxis(x: Any, source: int | tuple[int, ...], destination: int | tuple[int
     Examples
     --------
     >>> import numpy as np, oocarr
-    >>> from oocarr.manipulation import moveaxis
+    >>> from oocarr.api.manipulation import moveaxis
     >>> moveaxis(oocarr.from_numpy(np.zeros((2, 3, 4))), 0, -1).shape
     (3, 4, 2)
     """
@@ -349,7 +349,7 @@ def broadcast_to(x: Any, /, shape: tuple[int, ...]) -> Any:
     Examples
     --------
     >>> import numpy as np, oocarr
-    >>> from oocarr.manipulation import broadcast_to
+    >>> from oocarr.api.manipulation import broadcast_to
     >>> x = oocarr.from_numpy(np.arange(3.0, dtype="f4"))
     >>> np.asarray(broadcast_to(x, (2, 3)))
     array([[0., 1., 2.],
@@ -373,7 +373,7 @@ def broadcast_arrays(*arrays: Any) -> list[Any]:
     Examples
     --------
     >>> import numpy as np, oocarr
-    >>> from oocarr.manipulation import broadcast_arrays
+    >>> from oocarr.api.manipulation import broadcast_arrays
     >>> a, b = broadcast_arrays(oocarr.from_numpy(np.zeros((2, 1))), np.ones(3))
     >>> a.shape, b.shape
     ((2, 3), (2, 3))
@@ -419,7 +419,7 @@ def roll(
     Examples
     --------
     >>> import numpy as np, oocarr
-    >>> from oocarr.manipulation import roll
+    >>> from oocarr.api.manipulation import roll
     >>> x = oocarr.from_numpy(np.arange(6).reshape(2, 3))
     >>> np.asarray(roll(x, 1, axis=1)), np.asarray(roll(x, -1)).tolist()
     (array([[2, 0, 1],
@@ -470,7 +470,7 @@ def tile(x: Any, repetitions: tuple[int, ...], /) -> Any:
     Examples
     --------
     >>> import numpy as np, oocarr
-    >>> from oocarr.manipulation import tile
+    >>> from oocarr.api.manipulation import tile
     >>> x = oocarr.from_numpy(np.array([[1, 2]]))
     >>> np.asarray(tile(x, (2, 2)))
     array([[1, 2, 1, 2],
@@ -512,7 +512,7 @@ def repeat(x: Any, repeats: int | Any, /, *, axis: int | None = None) -> Any:
     Examples
     --------
     >>> import numpy as np, oocarr
-    >>> from oocarr.manipulation import repeat
+    >>> from oocarr.api.manipulation import repeat
     >>> x = oocarr.from_numpy(np.array([[1, 2], [3, 4]]))
     >>> np.asarray(repeat(x, 2, axis=1)).tolist(), np.asarray(repeat(x, [1, 2], axis=0)).tolist()
     ([[1, 1, 2, 2], [3, 3, 4, 4]], [[1, 2], [3, 4], [3, 4]])
@@ -580,7 +580,7 @@ def unstack(x: Any, /, *, axis: int = 0) -> tuple[Any, ...]:
     Examples
     --------
     >>> import numpy as np, oocarr
-    >>> from oocarr.manipulation import unstack
+    >>> from oocarr.api.manipulation import unstack
     >>> parts = unstack(oocarr.from_numpy(np.arange(6).reshape(2, 3)), axis=1)
     >>> [np.asarray(p).tolist() for p in parts]
     [[0, 3], [1, 4], [2, 5]]

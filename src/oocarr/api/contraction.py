@@ -16,8 +16,8 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from oocarr import creation, manipulation
-from oocarr import functions as fn
+from oocarr.api import creation, manipulation
+from oocarr.api import elementwise as fn
 from oocarr.errors import InvalidArgumentError, NotSupportedError, ShapeMismatchError
 
 __all__ = ["tensordot", "einsum"]

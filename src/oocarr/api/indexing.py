@@ -19,9 +19,9 @@ import jax
 import numpy as np
 from jax._src import core as jax_core
 
-from oocarr.api import read_tiles, tile_plan
+from oocarr.api.elementwise import transpose
+from oocarr.api.storage import read_tiles, tile_plan
 from oocarr.errors import InvalidArgumentError, NotSupportedError, ShapeMismatchError
-from oocarr.functions import transpose
 from oocarr.jaxlayer.disk_array import DiskArray, DiskArrayType, is_disk
 from oocarr.jaxlayer.make_op import make_op
 from oocarr.ops.slicing import Slice
@@ -204,7 +204,7 @@ def getitem(x: Any, key: Any, traced: bool = False) -> Any:
         return _basic(x, keys[:at] + (int(index),) + keys[at + 1 :], traced)
     out = _gather(y, index.reshape(-1, 1), axis)
     if len(np.shape(index)) > 1:
-        from oocarr.manipulation import reshape
+        from oocarr.api.manipulation import reshape
 
         shape = tuple(out.shape[:axis]) + tuple(np.shape(index)) + tuple(out.shape[axis + 1 :])
         out = reshape(out, shape)

@@ -414,7 +414,7 @@ def install_operators() -> None:
     comparison (elementwise ``==`` and ``!=`` included) and bitwise operator with its
     reflected form, ``abs``, ``divmod``, ``.sum()``, ``.mean()``, ``.max()``, ``.min()``,
     ``.any()``, ``.all()``, ``.astype()``, ``.T`` and ``.update_()``
-    (:func:`oocarr.statistics.install_methods` adds ``.var()`` and ``.std()``).
+    (:func:`oocarr.api.statistics.install_methods` adds ``.var()`` and ``.std()``).
 
     :mod:`oocarr` calls this once when it is imported; calling it again changes nothing.
 

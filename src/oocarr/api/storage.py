@@ -15,15 +15,13 @@ from oocarr.engine.copy_tasks import copy_on
 from oocarr.engine.executor import current_executor
 from oocarr.engine.io import stream_copy, stream_read
 from oocarr.engine.stats import IOCounts, call_site, record
-from oocarr.errors import BudgetTooSmallError
 from oocarr.jaxlayer.disk_array import DiskArray
+from oocarr.store import pages, registry
 from oocarr.store.blocked import BlockedArray
 from oocarr.store.containment import check_apart
 from oocarr.store.dtypes import as_dtype
 from oocarr.store.locator import Locator, option_mapping, split_url
 from oocarr.store.scratch import scratch_locator
-
-from .store import pages, registry
 
 __all__ = [
     "resolve",
@@ -225,14 +223,15 @@ def to_numpy(x: Any) -> np.ndarray:
     src = _source_store(x)
     if not isinstance(src, BlockedArray):
         return np.array(src)
-    available = available_memory()
-    if src.nbytes > available:
-        raise BudgetTooSmallError(
-            f"to_numpy({src.url}) needs {src.nbytes} bytes of memory for shape {src.shape} "
-            f"of {src.dtype}, and {available} are available; read a region of it "
-            "(x[start:stop]) or reduce it with oocarr's functions instead",
-            url=src.url,
-        )
+    whole = f"the whole array of shape {src.shape} and dtype {src.dtype}"
+    plan.require(
+        plan.Projection("to_numpy", (plan.Buffers(whole, 1, src.nbytes),)),
+        available_memory(),
+        limit="the memory available",
+        remedy="by freeing memory, or read a region of it (x[start:stop]) or reduce it with "
+        "oocarr's functions instead",
+        url=src.url,
+    )
     return src.read_region(None)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from jax._src import core as jax_core
 
-from oocarr import functions as fn
+from oocarr.api import elementwise as fn
 from oocarr.errors import InvalidArgumentError
 from oocarr.jaxlayer.disk_array import add_methods
 from oocarr.jaxlayer.make_op import make_op
@@ -97,7 +97,7 @@ def argmax(x: Any, /, *, axis: int | None = None, keepdims: bool = False) -> Any
     Examples
     --------
     >>> import numpy as np, oocarr
-    >>> from oocarr import searching
+    >>> from oocarr.api import searching
     >>> x = oocarr.from_numpy(np.array([[1.0, 5.0, 5.0], [7.0, 0.0, 7.0]], "f4"))
     >>> int(searching.argmax(x)), np.asarray(searching.argmax(x, axis=1)).tolist()
     (3, [1, 0])
@@ -114,7 +114,7 @@ def argmin(x: Any, /, *, axis: int | None = None, keepdims: bool = False) -> Any
     Examples
     --------
     >>> import numpy as np, oocarr
-    >>> from oocarr import searching
+    >>> from oocarr.api import searching
     >>> x = oocarr.from_numpy(np.array([[3, 1, 2], [0, 4, 0]], "i4"))
     >>> int(searching.argmin(x)), np.asarray(searching.argmin(x, axis=0)).tolist()
     (3, [1, 0, 1])
@@ -146,7 +146,7 @@ def nanargmax(x: Any, /, *, axis: int | None = None, keepdims: bool = False) -> 
     Examples
     --------
     >>> import numpy as np, oocarr
-    >>> from oocarr import searching
+    >>> from oocarr.api import searching
     >>> x = oocarr.from_numpy(np.array([[np.nan, 2.0], [1.0, np.nan]], "f4"))
     >>> int(searching.nanargmax(x)), np.asarray(searching.nanargmax(x, axis=1)).tolist()
     (1, [1, 0])
@@ -162,7 +162,7 @@ def nanargmin(x: Any, /, *, axis: int | None = None, keepdims: bool = False) -> 
     Examples
     --------
     >>> import numpy as np, oocarr
-    >>> from oocarr import searching
+    >>> from oocarr.api import searching
     >>> x = oocarr.from_numpy(np.array([np.nan, 3.0, 1.0, np.nan], "f4"))
     >>> int(searching.nanargmin(x))
     2
@@ -198,7 +198,7 @@ def prod(x: Any, /, *, axis: Axis = None, dtype: Any = None, keepdims: bool = Fa
     Examples
     --------
     >>> import jax, numpy as np, oocarr
-    >>> from oocarr import searching
+    >>> from oocarr.api import searching
     >>> x = oocarr.from_numpy(np.array([[2.0, 0.0, 3.0], [1.0, 4.0, 5.0]], "f4"))
     >>> float(searching.prod(x[1])), np.asarray(searching.prod(x, axis=1)).tolist()
     (20.0, [0.0, 20.0])
@@ -234,7 +234,7 @@ def cumulative_sum(
     Examples
     --------
     >>> import numpy as np, oocarr
-    >>> from oocarr import searching
+    >>> from oocarr.api import searching
     >>> x = oocarr.from_numpy(np.array([[1, 2, 3], [4, 5, 6]], "i4"))
     >>> np.asarray(searching.cumulative_sum(x, axis=1)).tolist()
     [[1, 3, 6], [4, 9, 15]]
@@ -273,7 +273,7 @@ def sort(x: Any, /, *, axis: int = -1, descending: bool = False, stable: bool = 
     Examples
     --------
     >>> import numpy as np, oocarr
-    >>> from oocarr import searching
+    >>> from oocarr.api import searching
     >>> x = oocarr.from_numpy(np.array([[3.0, 1.0, 2.0], [0.0, 5.0, 4.0]], "f4"))
     >>> np.asarray(searching.sort(x, axis=0)).tolist()
     [[0.0, 1.0, 2.0], [3.0, 5.0, 4.0]]
@@ -292,7 +292,7 @@ def argsort(x: Any, /, *, axis: int = -1, descending: bool = False, stable: bool
     Examples
     --------
     >>> import numpy as np, oocarr
-    >>> from oocarr import searching
+    >>> from oocarr.api import searching
     >>> x = oocarr.from_numpy(np.array([2, 1, 2, 0], "i4"))
     >>> np.asarray(searching.argsort(x)).tolist()
     [3, 1, 0, 2]
@@ -328,7 +328,7 @@ def searchsorted(x1: Any, x2: Any, /, *, side: str = "left", sorter: Any = None)
     Examples
     --------
     >>> import numpy as np, oocarr
-    >>> from oocarr import searching
+    >>> from oocarr.api import searching
     >>> edges = oocarr.from_numpy(np.array([0.0, 1.0, 2.0, 3.0], "f4"))
     >>> values = oocarr.from_numpy(np.array([[1.0, 2.5], [-1.0, 9.0]], "f4"))
     >>> np.asarray(searching.searchsorted(edges, values)).tolist()

@@ -26,7 +26,7 @@ writes it to scratch storage when the compiled function runs.
 Examples
 --------
 >>> import numpy as np
->>> from oocarr import creation
+>>> from oocarr.api import creation
 >>> np.asarray(creation.arange(6, dtype="float32")).tolist()
 [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
 >>> np.asarray(creation.triu(creation.ones((3, 3)), k=1)).tolist()
@@ -46,8 +46,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax._src import core as jax_core
 
-from oocarr import functions as fn
-from oocarr.api import from_numpy
+from oocarr.api import elementwise as fn
+from oocarr.api.storage import from_numpy
 from oocarr.engine import plan
 from oocarr.engine.budget import memory_budget_bytes
 from oocarr.engine.io import WriteBehind, stream_read

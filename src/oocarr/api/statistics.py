@@ -17,7 +17,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from oocarr import functions as fn
+from oocarr.api import elementwise as fn
 from oocarr.errors import InvalidArgumentError
 from oocarr.jaxlayer.disk_array import add_methods
 from oocarr.ops.reductions import normalize_axes

@@ -245,3 +245,20 @@ def test_an_internal_kind_reopens_in_a_fresh_interpreter(kind, process, request,
     assert result["type"] == type(store).__name__
     assert result["fused_imported_before"] == (process == "oocarr")
     assert not set(result["drivers"]) & set(INTERNAL)
+
+
+@pytest.mark.parametrize("kind", INTERNAL)
+def test_a_user_cannot_name_an_internal_kind_as_a_driver(kind, tmp_path):
+    path = str(tmp_path / "a.npy")
+    np.save(path, np.arange(4.0))
+    storage = sorted(ep.name for ep in metadata.entry_points(group="oocarr.drivers"))
+    for attempt in (
+        lambda: oocarr.open(path, driver=kind),
+        lambda: oocarr.save(np.arange(3.0), str(tmp_path / "b.npy"), driver=kind),
+        lambda: oocarr.set_scratch_dir(str(tmp_path), driver=kind),
+    ):
+        with pytest.raises(errors.UnknownDriverError, match=f"unknown driver '{kind}'") as info:
+            attempt()
+        assert all(name in str(info.value) for name in storage)
+        assert not any(f" {k}" in str(info.value).split("installed drivers:")[1] for k in INTERNAL)
+    oocarr.set_scratch_dir(None)

@@ -69,7 +69,7 @@ def resolve(
     container, inner = split_url(url)
     storage_options = option_mapping(storage_options, "storage_options")
     if driver is not None:
-        cls = registry.get_driver(driver)
+        cls = registry.storage_driver(driver)
     else:
         cls = registry.guess_driver(container, inner, storage_options)
     return cls, cls.locate(container, inner, storage_options, driver_options)

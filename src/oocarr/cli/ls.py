@@ -10,7 +10,7 @@ import numpy as np
 from oocarr.store import BlockedArray
 from oocarr.store.dtypes import byte_order
 from oocarr.store.locator import split_url
-from oocarr.store.registry import get_driver, guess_driver
+from oocarr.store.registry import guess_driver, storage_driver
 from oocarr.store.storage_errors import transport_failures
 
 from .errors import EXIT_CODES_HELP
@@ -35,7 +35,7 @@ def listing_driver(
     'memmap'
     """
     if name is not None:
-        return get_driver(name)
+        return storage_driver(name)
     return guess_driver(container, "", storage_options, listing=True)
 
 

@@ -60,6 +60,7 @@ __all__ = [
     "refresh",
     "register_array_kind",
     "register_driver",
+    "storage_driver",
 ]
 
 ENTRY_POINT_GROUP = "oocarr.drivers"
@@ -292,6 +293,32 @@ def _spec(name: str) -> DriverSpec:
     with _lock:
         _specs[name] = spec
     return spec
+
+
+def storage_driver(name: str) -> type[BlockedArray]:
+    """The storage driver a user names (``driver=``, ``--driver``): :func:`get_driver`, except
+    that the engine's internal array kinds are no drivers to name.
+
+    Raises
+    ------
+    UnknownDriverError
+        When ``name`` is not a storage driver (an internal kind included); the
+        message lists the storage drivers installed.
+    MissingDependencyError
+        When the driver's module needs a package that is not installed.
+
+    Examples
+    --------
+    >>> storage_driver("hdf5").name
+    'hdf5'
+    >>> storage_driver("view")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    oocarr.errors.UnknownDriverError: unknown driver 'view'; installed drivers: ...
+    """
+    if name in _array_kinds:
+        _spec(name)  # raises UnknownDriverError naming the storage drivers
+    return get_driver(name)
 
 
 def get_driver(name: str) -> type[BlockedArray]:

@@ -160,9 +160,9 @@ def set_scratch_dir(
             _configured = None
         return
     if driver is not None:
-        from .registry import get_driver
+        from .registry import storage_driver
 
-        get_driver(driver)
+        storage_driver(driver)
     if _is_url(path):
         path = path.rstrip("/")
         driver = driver or DEFAULT_URL_DRIVER

@@ -87,7 +87,7 @@ class _Root:
         """The named driver, else the one that claims the container (a driver claiming
         it by its own suffix first), else memmap for a local path and fsspec for a URL."""
         if name is not None:
-            return registry.get_driver(name)
+            return registry.storage_driver(name)
         container, inner, options = self.container, self.inner, self.options
         for listing in (False, True):
             try:

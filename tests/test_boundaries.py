@@ -47,7 +47,10 @@ LAYERS = [
     ("cli", ["oocarr.cli*"]),
     # the package's face re-exports the training helpers (``oocarr.stream_sum``, ``oocarr.optim``)
     # the package's faces re-export the public API and the training helpers
-    ("package faces", ["oocarr", "oocarr.array_api", "oocarr.config"]),
+    (
+        "package faces",
+        ["oocarr", "oocarr.array_api", "oocarr.config", "oocarr.linalg", "oocarr.fft"],
+    ),
     ("train", ["oocarr.train*"]),
     ("public API", ["oocarr.api*"]),
     ("jax layer", ["oocarr.jaxlayer*"]),

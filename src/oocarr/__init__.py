@@ -22,7 +22,7 @@ array([4., 5., 6., 7.])
 
 from importlib.metadata import PackageNotFoundError, version
 
-from . import api, array_api, errors
+from . import api, array_api, errors, fft, linalg
 from .api.contraction import einsum, tensordot
 from .api.creation import (
     arange,
@@ -200,6 +200,8 @@ except PackageNotFoundError:  # running from a source tree that was never instal
 
 __all__ = [
     "array_api",
+    "fft",
+    "linalg",
     # storage
     "BlockedArray",
     "DiskArray",

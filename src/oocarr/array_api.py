@@ -26,6 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax._src import core as jax_core
 
+from oocarr import fft as fft  # the standard's extensions: xp.fft and xp.linalg
+from oocarr import linalg as linalg
 from oocarr.api import (
     contraction,
     creation,

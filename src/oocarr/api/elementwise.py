@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import builtins
+import functools
+from collections.abc import Callable
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 from jax._src import core as jax_core
 
-from oocarr.errors import InvalidArgumentError, ReadOnlyError
+from oocarr.errors import InvalidArgumentError
 from oocarr.jaxlayer.disk_array import DiskArray, DiskArrayType, add_methods
 from oocarr.jaxlayer.make_op import make_op, materialize, update
 from oocarr.ops.elementwise import (
@@ -86,11 +90,75 @@ def _elementwise_doc(name: str, arity: int) -> str:
 #: Elementwise functions of one argument; the rest take two.
 _ONE_ARGUMENT = {*UNARY, *MATH, *PREDICATES, "bitwise_invert"}
 
+#: Python's scalar types, which JAX types weakly: ``uint8_array + 3`` is uint8, not int32.
+_PYTHON_SCALARS = (bool, int, float, complex)
+
+
+def _is_weak(x: Any) -> bool:
+    if type(x) in _PYTHON_SCALARS:
+        return True
+    return isinstance(x, jax.Array | jax_core.Tracer) and getattr(jax.typeof(x), "weak_type", False)
+
+
+def _dtype_of(x: Any) -> Any:
+    """What :func:`jax.numpy.result_type` takes for an operand: a weak one itself, a strong
+    one's dtype as JAX computes in it (a stored int64 array's ops compute in int32 without
+    ``jax_enable_x64``)."""
+    if _is_weak(x):
+        return x
+    return jax.dtypes.canonicalize_dtype(x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype)
+
+
+def _cast_weak(x: Any, dtype: np.dtype) -> Any:
+    """``x``, a weak operand, cast to ``dtype`` as JAX casts it: a Python int wraps around
+    (``uint8_array // -1`` divides by 255); a Python int beyond 64 bits is left for
+    ``jnp.asarray`` to refuse."""
+    if type(x) not in _PYTHON_SCALARS:
+        return x.astype(dtype)
+    value = np.asarray(x)
+    if value.dtype == object:
+        return x
+    with np.errstate(over="ignore", invalid="ignore"):
+        return value.astype(dtype)
+
+
+def _weak_operands_cast(fn: Callable[..., Any], keep_int_exponent: bool = False) -> Callable:
+    """``fn`` with its weakly typed operands (Python scalars, weak JAX values) cast to the
+    dtype JAX promotes the call to, as ``jax.numpy`` casts them before the op.
+
+    The op's block function receives every in-memory operand as a strong array, so without
+    the cast a Python int is an int32 array: ``uint32_array // 2`` divided in int32 (values
+    from 2**31 on came out wrong) and ``uint8_array // 0`` floored a negative int32
+    quotient; under ``jax.jit`` a Python int added to a float array was a constant XLA could
+    fold. With ``keep_int_exponent`` a Python int second operand stays one, so ``x ** 2``
+    multiplies, as JAX's does (``lax.integer_pow``).
+    """
+
+    @functools.wraps(fn)
+    def cast_then_call(*args: Any, **params: Any) -> Any:
+        weak = [_is_weak(a) for a in args]
+        if builtins.all(weak) or not builtins.any(weak):
+            return fn(*args, **params)
+        dtype = np.dtype(jnp.result_type(*map(_dtype_of, args)))
+        args = tuple(
+            _cast_weak(a, dtype)
+            if w and not (keep_int_exponent and i == 1 and type(a) is int)
+            else a
+            for i, (a, w) in enumerate(zip(args, weak))
+        )
+        return fn(*args, **params)
+
+    return cast_then_call
+
+
 _globals = globals()
 for _group in (UNARY, BINARY, COMPARISON, MATH, MATH_BINARY, PREDICATES, BITWISE):
     for _name, _cls in _group.items():
         _arity = 1 if _name in _ONE_ARGUMENT else 2
-        _globals[_name] = make_op(_cls, doc=_elementwise_doc(_name, _arity))
+        _fn = make_op(_cls, doc=_elementwise_doc(_name, _arity))
+        if _arity == 2:
+            _fn = _weak_operands_cast(_fn, keep_int_exponent=_name == "power")
+        _globals[_name] = _fn
 pow = _globals["power"]  # noqa: A001 (the Array API's name for ``power``)
 
 _casts = {name: make_op(cls) for name, cls in CASTS.items()}
@@ -357,14 +425,12 @@ def _index(self: DiskArray) -> int:
 
 
 def _setitem(self: DiskArray, key: Any, value: Any) -> None:
-    """``x[key] = value`` for basic keys, into storage the user opened for writing; arrays ops
-    made are immutable, as JAX's are."""
-    if self.store.readonly:
-        raise ReadOnlyError(
-            f"{self!r} is read-only: assign into an array opened with mode='r+' (or made with "
-            "oocarr.create), or make a new one with oocarr.where / x.update_(...)"
-        )
-    self.store[key] = np.asarray(value)
+    """``x[key] = value`` outside a JAX trace, as NumPy assigns (basic keys, one boolean mask):
+    into ``x``'s own scratch storage for arrays oocarr made, in place for storage the user
+    opened for writing; see :func:`oocarr.api.assignment.setitem`."""
+    from oocarr.api.assignment import setitem
+
+    setitem(self, key, value)
 
 
 _OPERATORS = {
@@ -442,6 +508,7 @@ def install_operators() -> None:
     add_methods(methods)
     DiskArray.__bool__ = _truth
     DiskArray.__setitem__ = _setitem
+    DiskArrayType._setitem = staticmethod(_setitem)  # a traced one: immutable, says how
     DiskArray.__int__ = lambda self: _scalar(self, int)
     DiskArray.__float__ = lambda self: _scalar(self, float)
     DiskArray.__complex__ = lambda self: _scalar(self, complex)

@@ -321,17 +321,18 @@ def _inlined(leaf: dict[str, Any]) -> bool:
 
 def _program(spec: dict[str, Any]) -> str:
     """What a fused array's function depends on: its expression and its scalar constants
-    (written into the function, so ``x ** 2`` multiplies as JAX's ``x ** 2`` does), as JSON
-    text."""
+    (written into the function, so ``x ** 2`` multiplies as JAX's ``x ** 2`` does; see
+    :func:`expression` for the floating ones), as JSON text."""
     consts = {str(i): leaf for i, leaf in enumerate(spec["leaves"]) if _inlined(leaf)}
     program = {"expr": spec["expr"], "consts": consts, "leaves": len(spec["leaves"])}
     return json.dumps(program, sort_keys=True)
 
 
-def _constant(leaf: dict[str, Any]) -> Any:
-    value = np.asarray(leaf["const"]).astype(as_dtype(leaf["dtype"]))
-    # a 0-d integer (an exponent) as a Python int: JAX then raises to it by multiplying
-    return int(value) if value.ndim == 0 and value.dtype.kind in "iu" else value
+def _constant(leaf: dict[str, Any]) -> np.ndarray:
+    # a NumPy array of the leaf's dtype, as the unfused op reads it: a Python int would be
+    # weakly typed (``int8_array + np.int32(5)`` computed in int8); a 0-d integer is still a
+    # concrete exponent, so ``x ** 2`` multiplies (``lax.integer_pow``) as JAX's does
+    return np.asarray(leaf["const"]).astype(as_dtype(leaf["dtype"]))
 
 
 @functools.lru_cache(maxsize=256)
@@ -349,10 +350,20 @@ def expression(program_json: str) -> Any:
     """
     program = json.loads(program_json)
     consts = {int(i): _constant(leaf) for i, leaf in program["consts"].items()}
+    # XLA's simplifier folds a floating constant into the op that uses it with identities
+    # IEEE arithmetic does not have (``x + 0.0`` is ``x``, wrong for ``x = -0.0``); behind an
+    # optimization barrier the constant is still compiled in but applied as a value is, as
+    # in the unfused op. Integer constants are not held back (exact; an exponent: ``x ** 2``).
+    inexact = {i for i, c in consts.items() if jnp.issubdtype(c.dtype, jnp.inexact)}
 
     def evaluate(*given: Any) -> Any:
         blocks = iter(given)
-        leaves = [consts[i] if i in consts else next(blocks) for i in range(program["leaves"])]
+        leaves = [
+            (jax.lax.optimization_barrier(consts[i]) if i in inexact else consts[i])
+            if i in consts
+            else next(blocks)
+            for i in range(program["leaves"])
+        ]
 
         def value(node: dict[str, Any]) -> Any:
             if "leaf" in node:

@@ -77,6 +77,19 @@ class _Lifetime:
     def __init__(self, driver: type[BlockedArray], locator: Locator) -> None:
         weakref.finalize(self, _delete_owned, driver, locator)
         self.dependents: set[Locator] = set()
+        self._holders: dict[int, weakref.ref] = {}
+
+    def hold(self, handle: DiskArray) -> None:
+        """Note that ``handle`` keeps this array alive (see :meth:`holders`)."""
+        self._holders[id(handle)] = weakref.ref(handle)
+
+    def holders(self) -> list[DiskArray]:
+        """The live handles keeping this array alive: handles on the same storage, views of
+        it, gradients tied to it (an assignment asks whether any other than its own sees
+        the storage it would write)."""
+        live = {key: ref for key, ref in self._holders.items() if ref() is not None}
+        self._holders = live
+        return [h for h in (ref() for ref in live.values()) if h is not None]
 
     def also_delete(self, locator: Locator) -> None:
         """Delete the array at ``locator`` with this one (an eager gradient of an owned array)."""
@@ -303,6 +316,30 @@ class DiskArray:
             lifetime.also_delete(self._locator)
             self._finalizer = lifetime
         return self
+
+    @property
+    def _finalizer(self) -> _Lifetime | None:
+        """The lifetime of the owned storage this handle keeps alive (``None``: none)."""
+        return self.__dict__.get("_lifetime")
+
+    @_finalizer.setter
+    def _finalizer(self, lifetime: _Lifetime | None) -> None:
+        self.__dict__["_lifetime"] = lifetime
+        if lifetime is not None:
+            lifetime.hold(self)
+
+    def _rebind(self, locator: Locator) -> None:
+        """Make this handle the owner of the committed scratch array at ``locator`` (a copy an
+        assignment wrote): handles and views made before keep the storage they had."""
+        old = self._store
+        self._store = None
+        self._locator = locator
+        self._marker = None
+        self._tangent = False
+        self._finalizer = None
+        self._own()
+        if old is not None:
+            old.close()  # this handle's own; other handles opened theirs
 
     @property
     def aval(self) -> DiskArrayType:

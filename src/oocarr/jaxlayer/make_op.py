@@ -469,7 +469,7 @@ def _as_argument(x: Any) -> Any:
 
 
 def make_op(
-    op_class: type[BlockParallelOp | CustomOp], doc: str | None = None
+    op_class: type[BlockParallelOp | CustomOp], doc: str | None = None, *, in_memory: bool = False
 ) -> Callable[..., Any]:
     """Return the public, differentiable function of a block-level op.
 
@@ -481,6 +481,9 @@ def make_op(
         :class:`~oocarr.engine.run.CustomRun`).
     doc : str, optional
         The returned function's docstring.
+    in_memory : bool
+        Return the result as a ``jax.Array`` in memory (a small result of a large
+        input: a factor, a statistic) instead of a ``DiskArray`` in scratch.
 
     Returns
     -------
@@ -501,6 +504,9 @@ def make_op(
         args = tuple(_as_argument(a) for a in given)
         avals = tuple(jax.typeof(a) for a in args)
         op = _op_instance(op_class, tuple(a.shape for a in avals), _freeze_params(params))
+        if in_memory:
+            dtype = op.result_dtype(*map(_struct, avals))
+            return Forward(op, avals, out_aval=ShapedArray(op.output_shape, dtype))(*args)
         primitive = _fused_call(op, given, avals) or Forward(op, avals)
         return primitive(*args)
 

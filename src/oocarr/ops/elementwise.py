@@ -145,6 +145,32 @@ MATH_BINARY = {
     )
 }
 
+
+def _floor_divide(x1, x2):
+    """``jnp.floor_divide``, with a zero quotient of floating operands signed as ``x1 / x2``
+    is, as NumPy and the Array API give (``-0.0 // 3.0`` is ``-0.0``, ``0.0 // -3.0`` is
+    ``-0.0``); ``jnp.floor_divide``'s zeros have the sign of its ``(x1 - x1 % x2) / x2``."""
+    out = jnp.floor_divide(x1, x2)
+    if not jnp.issubdtype(out.dtype, jnp.floating):
+        return out
+    zero = jnp.copysign(jnp.zeros((), out.dtype), jnp.true_divide(x1, x2).astype(out.dtype))
+    return jnp.where(out == 0, zero, out)
+
+
+def _remainder(x1, x2):
+    """``jnp.remainder``, with a zero remainder of floating operands signed as ``x2``, as
+    Python's ``%``, NumPy and the Array API give (``-0.0 % 3.0`` is ``0.0``, ``6.0 % -3.0`` is
+    ``-0.0``); ``jnp.remainder`` gives zeros the sign of ``x1``."""
+    out = jnp.remainder(x1, x2)
+    if not jnp.issubdtype(out.dtype, jnp.floating):
+        return out
+    zero = jnp.copysign(jnp.zeros((), out.dtype), jnp.asarray(x2).astype(out.dtype))
+    return jnp.where(out == 0, zero, out)
+
+
+MATH_BINARY["floor_divide"] = _op("floor_divide", _floor_divide)
+MATH_BINARY["remainder"] = _op("remainder", _remainder)
+
 #: Functions with boolean results: no gradient flows through them.
 PREDICATES = {
     name: _op(name, getattr(jnp, name))

@@ -1,0 +1,184 @@
+"""TSQR linear algebra (qr, svd, svdvals, lstsq of tall stored matrices) against NumPy's and
+jax.numpy's values and gradients, eager and under jit, streamed under small budgets."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import oocarr
+from oocarr import errors
+from oocarr.api.linalg_tsqr import lstsq, qr, r_factor, svd, svdvals
+
+RNG = np.random.default_rng(20261207)
+
+
+def tall(m: int = 400, n: int = 6, scale: float = 1.0) -> np.ndarray:
+    return (RNG.standard_normal((m, n)) * scale).astype(np.float32)
+
+
+def stored(a: np.ndarray, tmp_path, name: str = "a") -> oocarr.DiskArray:
+    return oocarr.save(a, str(tmp_path / f"{name}.npy"))
+
+
+def row_signs(r: np.ndarray) -> np.ndarray:
+    return np.where(np.diagonal(r) < 0, -1.0, 1.0)[:, None]
+
+
+#: budgets that cut the matrices below into many row panels
+SMALL = ["24KB", "64KB", None]
+
+
+@pytest.mark.parametrize("budget", SMALL)
+def test_r_factor_is_numpys_up_to_row_signs(budget, tmp_path):
+    a = tall()
+    with oocarr.memory_budget(budget) if budget else oocarr.memory_budget("256MB"):
+        with oocarr.io_stats() as stats:
+            r = np.asarray(r_factor(stored(a, tmp_path)))
+    want = np.linalg.qr(a.astype(np.float64), mode="r")
+    np.testing.assert_allclose(r, want * row_signs(want), rtol=1e-4, atol=1e-4)
+    assert np.all(np.diagonal(r) >= 0)
+    assert stats.total.bytes_read == a.nbytes  # one pass over x
+
+
+def test_the_same_r_whatever_the_panels(tmp_path):
+    a = tall(1000, 5)
+    x = stored(a, tmp_path)
+    with oocarr.memory_budget("20KB"):
+        small = np.asarray(r_factor(x))
+    with oocarr.memory_budget("256MB"):
+        big = np.asarray(r_factor(x))
+    np.testing.assert_allclose(small, big, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("budget", ["24KB", "256MB"])
+def test_qr_reconstructs_and_is_orthonormal(budget, tmp_path):
+    a = tall(300, 4)
+    with oocarr.memory_budget(budget):
+        q, r = qr(stored(a, tmp_path))
+        q = np.asarray(q)
+    r = np.asarray(r)
+    np.testing.assert_allclose(q @ r, a, atol=1e-4)
+    np.testing.assert_allclose(q.T @ q, np.eye(4), atol=1e-4)
+    q_np, r_np = np.linalg.qr(a.astype(np.float64))
+    signs = row_signs(r_np)
+    np.testing.assert_allclose(q, q_np * signs.T, atol=1e-4)
+
+
+def test_svdvals_and_svd_match_numpy(tmp_path):
+    a = tall(500, 7)
+    x = stored(a, tmp_path)
+    with oocarr.memory_budget("32KB"):
+        s = np.asarray(svdvals(x))
+        u, s2, vh = svd(x, full_matrices=False)
+        u = np.asarray(u)
+    want = np.linalg.svd(a.astype(np.float64), compute_uv=False)
+    np.testing.assert_allclose(s, want, rtol=1e-4)
+    np.testing.assert_allclose(np.asarray(s2), want, rtol=1e-4)
+    np.testing.assert_allclose((u * np.asarray(s2)) @ np.asarray(vh), a, atol=1e-4)
+    np.testing.assert_allclose(u.T @ u, np.eye(7), atol=1e-4)
+
+
+def test_svdvals_of_a_stack_is_numpys(tmp_path):
+    a = RNG.standard_normal((3, 2, 30, 4)).astype(np.float32)
+    got = np.asarray(svdvals(stored(a, tmp_path)))
+    np.testing.assert_allclose(got, np.linalg.svd(a, compute_uv=False), rtol=1e-4)
+
+
+def test_a_wide_matrix_goes_through_its_transpose(tmp_path):
+    a = tall(40, 5).T.copy()  # 5 x 40
+    x = stored(a, tmp_path)
+    np.testing.assert_allclose(
+        np.asarray(svdvals(x)), np.linalg.svd(a, compute_uv=False), rtol=1e-4
+    )
+    u, s, vh = svd(x, full_matrices=False)
+    np.testing.assert_allclose((np.asarray(u) * np.asarray(s)) @ np.asarray(vh), a, atol=1e-4)
+
+
+@pytest.mark.parametrize("columns", [None, 2])
+def test_lstsq_matches_numpy(columns, tmp_path):
+    a = tall(600, 5)
+    shape = (600,) if columns is None else (600, columns)
+    b = RNG.standard_normal(shape).astype(np.float32)
+    with oocarr.memory_budget("40KB"):
+        x, res, rank, s = lstsq(stored(a, tmp_path), stored(b, tmp_path, "b"))
+    want = np.linalg.lstsq(a.astype(np.float64), b.astype(np.float64), rcond=None)
+    np.testing.assert_allclose(np.asarray(x), want[0], rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(np.asarray(res), want[1], rtol=1e-3)
+    assert int(rank) == want[2]
+    np.testing.assert_allclose(np.asarray(s), want[3], rtol=1e-4)
+
+
+def test_lstsq_of_a_rank_deficient_matrix_is_numpys_minimum_norm_solution(tmp_path):
+    a = tall(200, 4)
+    a[:, 3] = a[:, 0] + a[:, 1]  # rank 3
+    b = RNG.standard_normal(200).astype(np.float32)
+    x, res, rank, _ = lstsq(stored(a, tmp_path), b, rcond=1e-5)
+    want = np.linalg.lstsq(a.astype(np.float64), b.astype(np.float64), rcond=1e-5)
+    np.testing.assert_allclose(np.asarray(x), want[0], rtol=1e-3, atol=1e-3)
+    assert int(rank) == want[2] == 3
+    assert np.asarray(res).shape == want[1].shape == (0,)
+
+
+def test_gradient_of_the_r_factor_is_jax_numpys(tmp_path):
+    a = tall(300, 4)
+    weights = RNG.standard_normal((4, 4)).astype(np.float32)
+
+    def loss_r(r):  # invariant to the signs of R's rows, as the two R's differ by them
+        return jnp.sum((r * r) @ weights)
+
+    with oocarr.memory_budget("24KB"):
+        got = jax.grad(lambda x: loss_r(r_factor(x)))(stored(a, tmp_path))
+        jitted = jax.jit(jax.grad(lambda x: loss_r(r_factor(x))))(stored(a, tmp_path, "b"))
+    want = jax.grad(lambda x: loss_r(jnp.linalg.qr(x, mode="r")))(jnp.asarray(a))
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(np.asarray(jitted), want, rtol=1e-3, atol=1e-3)
+
+
+def test_gradients_of_svdvals_qr_and_lstsq_are_jax_numpys(tmp_path):
+    a = tall(250, 4)
+    b = RNG.standard_normal(250).astype(np.float32)
+    x = stored(a, tmp_path)
+
+    cases = [
+        (lambda v: jnp.sum(svdvals(v) ** 3), lambda v: jnp.sum(jnp.linalg.svdvals(v) ** 3)),
+        (
+            lambda v: oocarr.sum(qr(v).Q ** 2 * 0.5) + jnp.sum(qr(v).R ** 2),
+            lambda v: jnp.sum(jnp.linalg.qr(v)[0] ** 2 * 0.5) + jnp.sum(jnp.linalg.qr(v)[1] ** 2),
+        ),
+        (
+            lambda v: jnp.sum(lstsq(v, b)[0] ** 2),
+            lambda v: jnp.sum(jnp.linalg.lstsq(v, b)[0] ** 2),
+        ),
+    ]
+    for ours, theirs in cases:
+        with oocarr.memory_budget("32KB"):
+            got = np.asarray(jax.grad(ours)(x))
+        want = np.asarray(jax.grad(theirs)(jnp.asarray(a)))
+        np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3)
+
+
+def test_under_jit(tmp_path):
+    a = tall(200, 3)
+    x = stored(a, tmp_path)
+    s = jax.jit(svdvals)(x)
+    np.testing.assert_allclose(np.asarray(s), np.linalg.svd(a, compute_uv=False), rtol=1e-4)
+    sol = jax.jit(lambda v, w: lstsq(v, w)[0])(x, a @ np.ones(3, "f4"))
+    np.testing.assert_allclose(np.asarray(sol), np.ones(3), rtol=1e-3)
+
+
+def test_refusals_name_the_input_and_the_fix(tmp_path):
+    x = stored(tall(20, 3), tmp_path)
+    with pytest.raises(errors.NotSupportedError, match="full_matrices=False"):
+        svd(x)
+    with pytest.raises(errors.NotSupportedError, match="mode='reduced'"):
+        qr(x, mode="complete")
+    with pytest.raises(errors.NotSupportedError, match="x.mT"):
+        qr(stored(tall(3, 20), tmp_path, "wide"))
+    with pytest.raises(errors.NotSupportedError, match="stack of matrices"):
+        qr(stored(np.zeros((2, 5, 3), "f4"), tmp_path, "stack"))
+    big = stored(tall(64, 60), tmp_path, "big")
+    with oocarr.memory_budget("8KB"), pytest.raises(errors.BudgetTooSmallError, match="60"):
+        r_factor(big)

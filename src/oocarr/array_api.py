@@ -38,7 +38,7 @@ from oocarr.api import (
     statistics,
 )
 from oocarr.api import elementwise as fn
-from oocarr.errors import InvalidArgumentError, NotProvidedError, ShapeMismatchError
+from oocarr.errors import InvalidArgumentError, NotProvidedError
 from oocarr.jaxlayer.disk_array import DiskArray, DiskArrayType
 from oocarr.ops.elementwise import (
     BINARY,
@@ -78,6 +78,8 @@ globals().update({name: getattr(fn, name) for name in (*_ELEMENTWISE, *_REDUCTIO
 var, std = statistics.var, statistics.std
 astype, matmul, where = fn.astype, fn.matmul, fn.where
 take = indexing.take
+# the linalg extension's, which the main namespace has too
+matrix_transpose, vecdot = linalg.matrix_transpose, linalg.vecdot
 #: The standard's functions that live in oocarr's other modules, by module.
 _ELSEWHERE = {
     manipulation: [n for n in manipulation.__all__ if n != "install_methods"],
@@ -131,21 +133,6 @@ def permute_dims(x: Any, /, axes: tuple[int, ...]) -> Any:
     return fn.transpose(x, tuple(axes))
 
 
-def matrix_transpose(x: Any, /) -> Any:
-    """Each matrix of a stack transposed (the last two axes swapped).
-
-    Examples
-    --------
-    >>> import numpy as np, oocarr
-    >>> matrix_transpose(oocarr.from_numpy(np.zeros((5, 2, 3)))).shape
-    (5, 3, 2)
-    """
-    ndim = len(x.shape)
-    if ndim < 2:
-        raise InvalidArgumentError(f"matrix_transpose needs at least 2 axes, got shape {x.shape}")
-    return fn.transpose(x, (*range(ndim - 2), ndim - 1, ndim - 2))
-
-
 def clip(x: Any, /, min: Any = None, max: Any = None) -> Any:  # noqa: A002
     """``x`` with values below ``min`` raised to it and above ``max`` lowered to it.
 
@@ -161,37 +148,6 @@ def clip(x: Any, /, min: Any = None, max: Any = None) -> Any:  # noqa: A002
     if max is not None:
         out = fn.minimum(out, max)
     return out
-
-
-def vecdot(x1: Any, x2: Any, /, *, axis: int = -1) -> Any:
-    """The dot product of vectors along ``axis`` (conjugating ``x1``), broadcast over the rest.
-
-    Examples
-    --------
-    >>> import numpy as np, oocarr
-    >>> a = oocarr.from_numpy(np.array([[1.0, 2.0], [3.0, 4.0]], "f4"))
-    >>> np.asarray(vecdot(a, a)).tolist()
-    [5.0, 25.0]
-    """
-    n1, n2 = _axis_length(x1, axis), _axis_length(x2, axis)
-    if n1 != n2:
-        raise ShapeMismatchError(
-            f"vecdot: axis {axis} has {n1} elements in x1 {tuple(x1.shape)} and {n2} in x2 "
-            f"{tuple(x2.shape)}; they must be equal (that axis does not broadcast)"
-        )
-    if np.issubdtype(np.dtype(x1.dtype), np.complexfloating):
-        x1 = fn.conj(x1)
-    dtype = result_type(x1, x2)
-    return sum(fn.multiply(x1, x2), axis=axis, dtype=dtype)
-
-
-def _axis_length(x: Any, axis: int) -> int:
-    if not -len(x.shape) <= axis < 0:
-        raise InvalidArgumentError(
-            f"vecdot: axis must be negative and within the {len(x.shape)} axes of "
-            f"{tuple(x.shape)}, got {axis}"
-        )
-    return x.shape[axis]
 
 
 # ----------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax._src import core as jax_core
 
+from oocarr.api import assignment
 from oocarr.errors import InvalidArgumentError
 from oocarr.jaxlayer.disk_array import DiskArray, DiskArrayType, add_methods
 from oocarr.jaxlayer.make_op import make_op, materialize, update
@@ -428,9 +429,7 @@ def _setitem(self: DiskArray, key: Any, value: Any) -> None:
     """``x[key] = value`` outside a JAX trace, as NumPy assigns (basic keys, one boolean mask):
     into ``x``'s own scratch storage for arrays oocarr made, in place for storage the user
     opened for writing; see :func:`oocarr.api.assignment.setitem`."""
-    from oocarr.api.assignment import setitem
-
-    setitem(self, key, value)
+    assignment.setitem(self, key, value)
 
 
 _OPERATORS = {

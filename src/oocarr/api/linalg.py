@@ -197,7 +197,8 @@ def vecdot(x1: Any, x2: Any, /, *, axis: int = -1) -> Any:
     if x1.shape[axis] != x2.shape[axis]:
         raise ShapeMismatchError(
             f"vecdot: axis {axis} has {x1.shape[axis]} elements in x1 {tuple(x1.shape)} and "
-            f"{x2.shape[axis]} in x2 {tuple(x2.shape)}; they must be equal"
+            f"{x2.shape[axis]} in x2 {tuple(x2.shape)}; they must be equal (that axis does not "
+            "broadcast)"
         )
     if _is_complex(x1):
         x1 = fn.conj(x1)

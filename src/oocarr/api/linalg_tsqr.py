@@ -32,7 +32,7 @@ import numpy as np
 from oocarr.api import elementwise as fn
 from oocarr.api import manipulation
 from oocarr.errors import InvalidArgumentError, NotSupportedError
-from oocarr.jaxlayer.disk_array import DiskArray, DiskArrayType
+from oocarr.jaxlayer.disk_array import is_disk
 from oocarr.jaxlayer.make_op import make_op
 from oocarr.ops.tsqr import TSQR
 
@@ -54,10 +54,6 @@ class SVDResult(NamedTuple):
     U: Any
     S: Any
     Vh: Any
-
-
-def _stored(x: Any) -> bool:
-    return isinstance(x, DiskArray) or isinstance(jax.typeof(x), DiskArrayType)
 
 
 def _matrix(x: Any, name: str) -> tuple[int, int]:
@@ -102,7 +98,7 @@ def svdvals(x: Any, /) -> jax.Array:
     >>> np.asarray(svdvals(x)).tolist()
     [3.0, 2.0, 1.0]
     """
-    if not _stored(x):
+    if not is_disk(x):
         return jnp.linalg.svdvals(jnp.asarray(x))
     shape = tuple(x.shape)
     if len(shape) < 2:
@@ -137,7 +133,7 @@ def qr(x: Any, /, *, mode: str = "reduced") -> QRResult:
     """
     if mode not in ("reduced", "complete"):
         raise InvalidArgumentError(f"qr mode must be 'reduced' or 'complete', got {mode!r}")
-    if not _stored(x):
+    if not is_disk(x):
         q, r = jnp.linalg.qr(jnp.asarray(x), mode=mode)
         return QRResult(q, r)
     m, n = _matrix(x, "qr")
@@ -169,7 +165,7 @@ def svd(x: Any, /, *, full_matrices: bool = True) -> SVDResult:
     >>> bool(np.allclose((np.asarray(u) * np.asarray(s)) @ np.asarray(vh), a, atol=1e-4))
     True
     """
-    if not _stored(x):
+    if not is_disk(x):
         u, s, vh = jnp.linalg.svd(jnp.asarray(x), full_matrices=full_matrices)
         return SVDResult(u, s, vh)
     m, n = _matrix(x, "svd")
@@ -219,7 +215,7 @@ def lstsq(a: Any, b: Any, rcond: float | None = None) -> tuple[Any, Any, Any, An
             f"lstsq: b must have shape ({m},) or ({m}, k) for a of shape {(m, n)}, got {b_shape}"
         )
     columns = b if len(b_shape) == 2 else manipulation.reshape(b, (m, 1))
-    if not _stored(columns):
+    if not is_disk(columns):
         columns = np.asarray(columns)
     k = columns.shape[1]
     dtype = jnp.result_type(a.dtype, columns.dtype, jnp.float32)
@@ -228,9 +224,7 @@ def lstsq(a: Any, b: Any, rcond: float | None = None) -> tuple[Any, Any, Any, An
             f"lstsq of a stored {m} × {n} matrix with {k} right-hand sides needs at least "
             f"{n + k} rows"
         )
-    joined = manipulation.concat(
-        [fn.astype(a, dtype) if a.dtype != dtype else a, _as(columns, dtype)], axis=1
-    )
+    joined = manipulation.concat([_as(a, dtype), _as(columns, dtype)], axis=1)
     full = r_factor(joined)
     r, z, tail = full[:n, :n], full[:n, n:], full[n:, n:]
     u, s, vh = jnp.linalg.svd(r, full_matrices=False)
@@ -254,6 +248,6 @@ def lstsq(a: Any, b: Any, rcond: float | None = None) -> tuple[Any, Any, Any, An
 
 
 def _as(x: Any, dtype: Any) -> Any:
-    if _stored(x):
+    if is_disk(x):
         return x if x.dtype == dtype else fn.astype(x, dtype)
     return np.asarray(x, dtype)

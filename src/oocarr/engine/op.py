@@ -12,6 +12,7 @@ module only.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -363,6 +364,18 @@ class Run(Protocol):
 
     def write(self, region: Region, tile: np.ndarray) -> None:
         """Write one finished output tile (behind, while the next computes)."""
+        ...
+
+    def written(self, region: Region) -> np.ndarray:
+        """In :meth:`CustomOp.forward`, a region of the output already written (after the
+        write behind finishes), read back."""
+        ...
+
+    def temporary(
+        self, shape: tuple[int, ...], dtype: Any
+    ) -> contextlib.AbstractContextManager[Any]:
+        """A private scratch array (``read(region)``, ``write(region, value)``) for the
+        intermediate results of a pass that do not fit the budget, removed after."""
         ...
 
     def wants_grad(self, i: int) -> bool:

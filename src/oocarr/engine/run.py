@@ -9,6 +9,7 @@ memory (a NumPy array, broadcast like any other input).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from collections.abc import Iterator
@@ -19,6 +20,8 @@ import numpy as np
 
 from oocarr.store import pages
 from oocarr.store.blocked import BlockedArray
+from oocarr.store.registry import get_driver
+from oocarr.store.scratch import release, scratch_locator
 
 from .budget import memory_budget_bytes
 from .compile import block_functions
@@ -623,6 +626,7 @@ class CustomRun(RunTools):
         self.out = out
         self._targets = targets or []
         self._writer: WriteBehind | None = None
+        self._target: Any = None
 
     # -- planning ---------------------------------------------------------
     def tile_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -650,6 +654,25 @@ class CustomRun(RunTools):
         self._algo.counts.tiles += 1
         self._writer.submit(region, np.asarray(tile))
 
+    def written(self, region: Region) -> np.ndarray:
+        """Read back a region of the output this forward pass already wrote (an out-of-core
+        factorization reads its finished panels): waits for the write behind, counts the
+        read."""
+        self._writer.wait()
+        target = self._target
+        if isinstance(target, BlockedArray):
+            block = target.read_region(region)
+            self._algo.counts.count_read(block.nbytes)
+            return block
+        return np.array(target[region])
+
+    @contextlib.contextmanager
+    def temporary(self, shape: tuple[int, ...], dtype: Any) -> Iterator[Temporary]:
+        """A private scratch array of ``shape`` and ``dtype`` for intermediate results that do
+        not fit the budget (factors a later pass reads), removed when the block exits."""
+        with temporary_store(shape, dtype) as store:
+            yield Temporary(store, self._algo.counts)
+
     def wants_grad(self, i: int) -> bool:
         """Whether input ``i``'s gradient is needed."""
         return i < len(self._targets) and self._targets[i] is not None
@@ -666,6 +689,7 @@ class CustomRun(RunTools):
     def forward(self, out: BlockedArray | np.ndarray | None) -> np.ndarray | None:
         """Run the op's forward loops, writing into ``out`` (a new array when ``None``)."""
         target = np.empty(self.op.output_shape, np.float64) if out is None else out
+        self._target = target
         with WriteBehind(self._algo._write_tile, target) as self._writer:
             self.op.forward(self)
         self._writer = None
@@ -678,6 +702,45 @@ class CustomRun(RunTools):
         with WriteBehind(self._add_grad, None) as self._writer:
             self.op.backward(self)
         self._writer = None
+
+
+class Temporary:
+    """A scratch array a :class:`CustomRun` lends for one pass: ``read`` and ``write``
+    regions, I/O counted with the op's."""
+
+    def __init__(self, store: BlockedArray, counts: IOCounts) -> None:
+        self.store = store
+        self._counts = counts
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.store.shape)
+
+    def read(self, region: Region) -> np.ndarray:
+        block = self.store.read_region(region)
+        self._counts.count_read(block.nbytes)
+        return block
+
+    def write(self, region: Region, value: np.ndarray) -> None:
+        value = np.asarray(value, self.store.dtype)
+        self.store.write_region(region, value)
+        self._counts.count_written(value.nbytes)
+
+
+@contextlib.contextmanager
+def temporary_store(shape: tuple[int, ...], dtype: Any) -> Iterator[BlockedArray]:
+    """A private, zero-filled scratch array, deleted (with its container) on exit."""
+    locator = scratch_locator(None, shape, dtype)
+    driver = get_driver(locator.driver)
+    store = driver.create(locator, tuple(shape), np.dtype(dtype), overwrite=True)
+    try:
+        yield store
+    finally:
+        with contextlib.suppress(Exception):
+            store.abort() if store.pending else None
+        with contextlib.suppress(OSError):
+            driver.delete(locator)
+        release(locator)
 
 
 def _accumulate(target: Any, region: Region, grad: np.ndarray, counts: IOCounts) -> None:

@@ -61,6 +61,18 @@ in-memory NumPy in a worker without oocarr) and ``stream-sum`` (1 GiB least squa
 ``value_and_grad`` beside in-memory JAX). They add about 3 GiB of data at full size:
 
     python scripts/bench.py --only step-tax,train,stream-sum
+
+Workloads 15 and 16 (``scripts/bench_linalg.py``) are issue 37's linear algebra, each beside
+``dask.array.linalg`` in the same chunks (target 1.5×) and SciPy's float32 LAPACK in memory
+(target 0.8×; ``numpy.linalg`` computes float32 in float64):
+``tsqr``, ``qr`` and ``svd(full_matrices=False)`` of a 4 GiB tall float32 matrix (8388608 ×
+128, HDF5 and ``.npy``) under a budget of an eighth of it, Q or U written to a file; and
+``cholesky``, ``cholesky`` and ``solve`` of a 16384² SPD matrix (HDF5, 1 GiB) under a budget
+of a quarter of it, L written to a file.  Each result is checked against its input (Q·R,
+U·diag(S)·Vh and L·Lᵀ at three spots, the backward error of ``solve``) and against its
+peers'.  They run only when asked for (many minutes at full size, 9 GiB of data):
+
+    python scripts/bench.py --only tsqr,cholesky
 """
 
 from __future__ import annotations
@@ -87,6 +99,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_cluster as bc  # noqa: E402
+import bench_linalg as bl  # noqa: E402
 import bench_matmul as bm  # noqa: E402
 import bench_training as bt  # noqa: E402
 import bench_workloads as bw  # noqa: E402
@@ -189,6 +202,9 @@ DASK, LOOP = Peer("Dask", "dask", 1.5), Peer("loop", "loop", 0.9)
 #: The shuffled epochs of workload 6, compared with the in-order one too.
 SHUFFLED = ("shuffled", "shuffled-one-block")
 JAX_IN_MEMORY = Peer("JAX in memory", "jax", fmt=MEMORY, cache=WARM)
+#: Issue 37's peers of the linear-algebra workloads (15, 16).  The in-memory one is SciPy's
+#: float32 LAPACK: ``numpy.linalg`` computes float32 matrices in float64.
+LINALG_PEERS = (Peer("Dask", "dask", 1.5), Peer("SciPy in memory", "scipy", 0.8, fmt=MEMORY))
 
 WORKLOADS = {
     w.name: w
@@ -377,14 +393,33 @@ WORKLOADS = {
             (WARM,),
             {"oocarr": (Peer("JAX in memory", "jax", 0.8, fmt=MEMORY),)},
         ),
+        Workload(
+            15,
+            bl.TSQR,
+            "tall matrix: qr and svd by TSQR",
+            bl.OPS[bl.TSQR],
+            bl.FORMATS[bl.TSQR],
+            (WARM,),
+            {"oocarr": LINALG_PEERS},
+        ),
+        Workload(
+            16,
+            bl.CHOLESKY,
+            "square SPD matrix: cholesky and solve",
+            bl.OPS[bl.CHOLESKY],
+            bl.FORMATS[bl.CHOLESKY],
+            (WARM,),
+            {"oocarr": LINALG_PEERS},
+        ),
     ]
 }
 #: Workloads run only when named (``--only``, ``--executor``): ``cluster`` starts clusters,
-#: and ``matmul-budgets`` takes several minutes at full size.
-ON_REQUEST = (bc.WORKLOAD, bm.WORKLOAD)
+#: ``matmul-budgets`` takes several minutes at full size, and the linear algebra many
+#: minutes with 9 GiB more data.
+ON_REQUEST = (bc.WORKLOAD, bm.WORKLOAD, *bl.WORKLOADS)
 
 #: (workload, engine) -> runner(ctx, op, fmt) -> Case, of every workload.
-RUNNERS = {**bw.RUNNERS, **bz.RUNNERS, **bc.RUNNERS, **bm.RUNNERS, **bt.RUNNERS}
+RUNNERS = {**bw.RUNNERS, **bz.RUNNERS, **bc.RUNNERS, **bm.RUNNERS, **bt.RUNNERS, **bl.RUNNERS}
 
 #: Environment of particular workers.  The least-squares loop's matrix-vector products on
 #: 8 MiB slabs are too small for BLAS threads: on a 2-core VM OpenBLAS's thread hand-offs made
@@ -608,8 +643,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--only", metavar="WORKLOAD,...", help=f"workloads by name or number ({names})")
     add(
         "--budget",
-        help="oocarr's memory budget (default 256MB; 512MB for the full run; workload 11 "
-        "sets its own)",
+        help="oocarr's memory budget (default 256MB; 512MB for the full run; workloads 11, 13, "
+        "15 and 16 set their own)",
     )
     add("--repeats", type=int, help="timed runs per figure (default 3; 1 with --tiny)")
     add(
@@ -747,6 +782,8 @@ def _far(a: Any, b: Any, rtol: float) -> float | None:
 
 def disagreement(workload: str, got: Any, want: Any) -> str | None:
     """Why check values ``got`` and ``want`` of ``workload`` disagree, or ``None``."""
+    if workload in bl.WORKLOADS:
+        return bl.disagreement(got, want)
     rtol = RTOL.get(workload, DEFAULT_RTOL)
     if isinstance(want, dict) and "digest" in want:
         return None if got == want else f"read {got} differs from {want}"
@@ -799,6 +836,10 @@ def verify(run: Run, measured: dict[tuple, dict[str, Any]]) -> list[str]:
             reference = reference_blocks(run, workload, op, m["check"])
             if why := disagreement(workload, m["check"], reference):
                 failures.append(f"{workload} {engine} {fmt} {cache}: vs float64 reference: {why}")
+        if workload in bl.WORKLOADS:
+            sizes = bw.SIZES[run.mode]
+            if why := bl.input_failure(run.data_dir, sizes, workload, op, fmt, m["check"]):
+                failures.append(f"{workload} {op} {engine} {fmt} {cache}: vs the input: {why}")
         for subject in WORKLOADS[workload].subjects:
             if engine == subject:
                 continue
@@ -844,6 +885,8 @@ def size_label(workload: str, sizes: bw.Sizes, op: str = "") -> str:
         return bc.size_label(workload, sizes)
     if workload in bt.WORKLOADS:
         return bt.size_label(workload, sizes)
+    if workload in bl.WORKLOADS:
+        return bl.size_label(workload, sizes)
 
     def gib(*shapes: tuple[int, ...]) -> str:
         return _bytes(sum(int(np.prod(s)) for s in shapes) * 4)
@@ -895,6 +938,9 @@ def op_budget(run: Run, workload: str, op: str) -> tuple[int, str]:
         return parse_size(text), text
     if workload == bt.TRAIN:
         budget = bt.budget_bytes(bw.SIZES[run.mode])
+        return budget, _bytes(budget)
+    if workload in bl.WORKLOADS:
+        budget = bl.budget_bytes(workload, bw.SIZES[run.mode])
         return budget, _bytes(budget)
     return run.budget, run.budget_text
 
@@ -976,12 +1022,14 @@ def _row(
         row.update(matmul_extras(bw.SIZES[run.mode].matmul_n, budget, me, compared))
     elif workload.name == bm.WORKLOAD:
         row.update(matmul_extras(bm.side_of(op), budget, me, compared))
+    elif workload.name in bl.WORKLOADS:
+        row.update(bl.extras(workload.name, op, bw.SIZES[run.mode], budget, me, compared))
     result_bytes = me.get("info", {}).get("result_bytes")
     if result_bytes:  # a full read holds its result: the budget bounds the rest
         row["rss_within_budget"] = row["oocarr_rss_run_peak"] <= budget + result_bytes
         row["note"] = f"RSS includes the {_bytes(result_bytes)} result"
     verdicts = [p["met"] for p in compared if "met" in p]
-    if "io_vs_bound" in row:
+    if "met" in row.get("io_vs_bound", {}):
         verdicts.append(row["io_vs_bound"]["met"])
     row["targets_met"] = all(verdicts) if verdicts else None
     return row
@@ -1091,6 +1139,8 @@ def table_lines(rows: list[dict[str, Any]]) -> list[str]:
             what = bm.op_label(r["op"])
         elif r["workload"] in bt.WORKLOADS:
             what = bt.OP_LABELS[r["workload"], r["op"]]
+        elif r["workload"] in bl.WORKLOADS:
+            what = bl.OP_LABELS[r["op"]]
         else:
             what = OP_LABELS[r["op"]]
         if r["oocarr_engine"] != "oocarr":
@@ -1105,7 +1155,8 @@ def table_lines(rows: list[dict[str, Any]]) -> list[str]:
             ]
         if "io_vs_bound" in r:
             io = r["io_vs_bound"]
-            ratios.append(f"read {io['ratio']:.2f}× I/O bound (≤2 {'✓' if io['met'] else '✗'})")
+            target = f" (≤2 {'✓' if io['met'] else '✗'})" if "met" in io else ""
+            ratios.append(f"read {io['ratio']:.2f}× I/O bound{target}")
         cells = [
             str(r["number"]),
             what,
@@ -1170,6 +1221,14 @@ def machine_lines(run: Run, description: dict[str, Any], elapsed: float) -> list
             "Dask (1024×1024 blocks) and NumPy do not depend on the budget: each is measured "
             "once per size (and format) and shown in every budget's row"
         )
+    if any(w in bl.WORKLOADS for w in run.workloads):
+        lines.append(
+            "- linear algebra (workloads 15, 16): oocarr under its own budget, the matrix over "
+            "8 (TSQR) or 4 (Cholesky, solve); Dask in the storage's chunks (row slabs of the tall "
+            "matrix in both formats, 1024×1024 blocks of A); Q, U and L written to a file by "
+            "oocarr and Dask, kept in memory by SciPy (float32 LAPACK); I/O bound: the larger "
+            "of reading the matrix once and flops / √budget words, no target"
+        )
     return lines
 
 
@@ -1194,12 +1253,13 @@ def ensure_data(run: Run) -> dict[str, float]:
     """Write the data files the selected workloads read that are not there yet."""
     sizes = bw.SIZES[run.mode]
     mine = [w for w in run.workloads if w in bz.WORKLOAD_FORMATS]
-    others = (bc.WORKLOAD, bm.WORKLOAD, *bt.WORKLOADS)
+    others = (bc.WORKLOAD, bm.WORKLOAD, *bt.WORKLOADS, *bl.WORKLOADS)
     theirs = [w for w in run.workloads if w not in bz.WORKLOAD_FORMATS and w not in others]
     generated = bw.ensure_data(run.data_dir, sizes, theirs, run.log)
     generated |= bz.ensure_data(run.data_dir, sizes, mine, run.log)
     generated |= bm.ensure_data(run.data_dir, sizes, run.workloads, run.log)
     generated |= bt.ensure_data(run.data_dir, sizes, run.workloads, run.log)
+    generated |= bl.ensure_data(run.data_dir, sizes, run.workloads, run.log)
     return generated | bc.ensure_data(run.data_dir, sizes, run.workloads, run.log)
 
 
@@ -1234,7 +1294,8 @@ def main(argv: list[str] | None = None) -> int:
         "elapsed_seconds": elapsed,
         "workers": baselines,
         "measurements": [
-            {k: v for k, v in m.items() if k != "check"} | {"check": _summary(m["check"])}
+            {k: v for k, v in m.items() if k != "check"}
+            | {"check": _summary(m["workload"], m["check"])}
             for m in measured.values()
         ],
         "verified": not failures,
@@ -1249,8 +1310,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _summary(check: Any) -> Any:
+def _summary(workload: str, check: Any) -> Any:
     """A check value shortened for the JSON (the first values of long vectors and blocks)."""
+    if workload in bl.WORKLOADS:
+        return bl.summary(check)
     if isinstance(check, list) and check and isinstance(check[0], dict):
         return [{"at": b["at"], "first": b["values"][0][:4]} for b in check]
     if isinstance(check, list):

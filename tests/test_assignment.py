@@ -269,6 +269,36 @@ def test_scikit_learn_scale_sequence(source):
     np.testing.assert_allclose(np.asarray(z / scale), data / want, rtol=1e-5)
 
 
+#: 0-d sources of ``asarray(obj, copy=True)``, by name, and NumPy's same value.
+ZERO_D = {
+    "python float": (lambda: 2.5, lambda: np.array(2.5, np.float32)),
+    "numpy scalar": (lambda: np.float32(2.5), lambda: np.array(2.5, np.float32)),
+    "stored 0-d": (lambda: oocarr.from_numpy(np.array(2.5)), lambda: np.array(2.5)),
+    "reduction": (
+        lambda: xp.mean(oocarr.from_numpy(np.array([2.0, 3.0], np.float32))),
+        lambda: np.array(2.5, np.float32),
+    ),
+    "element": (lambda: oocarr.from_numpy(A)[1, 2], lambda: np.array(A[1, 2])),
+}
+
+
+@pytest.mark.parametrize("made", sorted(ZERO_D))
+@pytest.mark.parametrize("key", [(), Ellipsis, True, False, np.array(True)], ids=repr)
+@pytest.mark.parametrize("value", [7, np.float32(-1.5), "stored"])
+def test_a_0d_copy_is_written_as_numpys(made, key, value):
+    make, numpy_source = ZERO_D[made]
+    source = make()
+    value = oocarr.from_numpy(np.array(4.25, np.float32)) if value == "stored" else value
+    y = xp.asarray(source, copy=True)
+    y[key] = value
+    want = numpy_source()
+    want[key] = np.asarray(value)
+    got = np.asarray(y)
+    assert isinstance(y, oocarr.DiskArray) and got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.asarray(source), numpy_source())  # the source is unchanged
+
+
 def test_values_are_cast_to_the_array_dtype():
     y = oocarr.from_numpy(np.zeros(5, np.int32))
     y[1] = 2.7  # as np.asarray(2.7, dtype=int32)

@@ -207,3 +207,102 @@ def test_training_workloads_run_each_peer_once_and_compare_in_memory():
     # the budget of the training epoch is an eighth of the dataset, as the issue asks
     sizes = bench.bw.SIZES["full"]
     assert bench.bt.budget_bytes(sizes) * 8 == bench.bt.ROWS["full"] * (bench.bt.COLS + 1) * 4
+
+
+#: Issue 37's linear-algebra workloads (15, 16).
+LINALG_WORKLOADS = ["tsqr", "cholesky"]
+
+
+def test_linalg_workloads_run_on_request_against_dask_and_numpy():
+    bench = _bench_module()
+    assert bench._selected("15,16") == LINALG_WORKLOADS
+    for name in LINALG_WORKLOADS:
+        w = bench.WORKLOADS[name]
+        assert name not in bench._selected(None)
+        assert {p.engine: p.target for p in w.subjects["oocarr"]} == {"dask": 1.5, "scipy": 0.8}
+        assert all((name, engine) in bench.RUNNERS for engine in w.engines())
+        assert [c["format"] for c in w.cases("scipy", "tiny")] == [bench.MEMORY] * len(w.ops)
+    # the square matrix is four times oocarr's budget, the tall one eight times, at every size
+    run = bench.make_run(bench.parse_args(["--dir", "/nonexistent", "--only", "16"]))
+    budget, _ = bench.op_budget(run, "cholesky", "solve")
+    assert budget * 4 == bench.bl.SIZES["full"].side ** 2 * 4 == 2**30
+    assert bench.op_budget(run, "tsqr", "qr")[0] * 8 == 4 * 2**30
+
+
+def _linalg_checks(bench, data, op: str, result: tuple) -> dict:
+    """The check value of NumPy's ``op`` result, as the bench's NumPy engine makes it."""
+    ctx = bench.bw.Context(str(data), str(data), bench.bw.SIZES["tiny"], 0)
+    workload = "tsqr" if op in ("qr", "svd") else "cholesky"
+    case = bench.RUNNERS[(workload, "scipy")](ctx, op, bench.MEMORY)
+    return case.check(result)
+
+
+def test_linalg_checks_pass_numpys_factors_and_catch_wrong_ones(tmp_path):
+    """The verify step holds float64 NumPy factors of the stored matrices, and refuses each
+    result with one wrong block: against the input, and against a peer."""
+    h5py = pytest.importorskip("h5py")
+    bench = _bench_module()
+    bl, sizes = bench.bl, bench.bw.SIZES["tiny"]
+    bl.ensure_data(str(tmp_path), sizes, LINALG_WORKLOADS, lambda _: None)
+    x = np.load(tmp_path / "tsqr_X.npy").astype(np.float64)
+    with h5py.File(tmp_path / "spd.h5", "r") as f:
+        a, b = f["A"][...].astype(np.float64), f["b"][...].astype(np.float64)
+    assert np.array_equal(a, a.T) and np.linalg.eigvalsh(a)[0] > 0
+
+    q, r = np.linalg.qr(x)
+    u, s, vh = np.linalg.svd(x, full_matrices=False)
+    low = np.linalg.cholesky(a)
+    wrong_r, wrong_s, wrong_low = r.copy(), s.copy(), low.copy()
+    wrong_r[3, 5:] *= 1.01
+    wrong_s[-1] *= 1.01
+    wrong_low[128:, 85:] *= 1.01  # the middle spot (n/2, n/3) and the rows below it
+    cases = [
+        ("qr", "tsqr", (q, r), (q, wrong_r)),
+        ("svd", "tsqr", (u, s, vh), (u, wrong_s, vh)),
+        ("cholesky", "cholesky", low, wrong_low),
+        ("solve", "cholesky", np.linalg.solve(a, b), np.linalg.solve(a, b) * 1.001),
+    ]
+    for op, workload, good, bad in cases:
+        want, got = (_linalg_checks(bench, tmp_path, op, v) for v in (good, bad))
+        assert bl.input_failure(str(tmp_path), sizes, workload, op, "npy", want) is None, op
+        assert bl.input_failure(str(tmp_path), sizes, workload, op, "npy", got), op
+        assert bench.disagreement(workload, want, want) is None
+        assert bench.disagreement(workload, got, want), op
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_tiny_run_of_the_linalg_workloads(tmp_path):
+    """``--only tsqr,cholesky``: a verified row per operation and format, each with its own
+    budget, the Dask and NumPy targets and the I/O bound (~15 s on 2 cores)."""
+    pytest.importorskip("dask")
+    bench = _bench_module()
+    out = tmp_path / "bench.json"
+    command = [sys.executable, str(SCRIPTS / "bench.py"), "--tiny", "--dir", str(tmp_path)]
+    command += ["--json", str(out), "--only", ",".join(LINALG_WORKLOADS)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(out.read_text())
+    assert report["verified"] and report["failures"] == []
+    rows = {(r["op"], r["format"]): r for r in report["rows"]}
+    assert set(rows) == {
+        ("qr", "hdf5"),
+        ("qr", "npy"),
+        ("svd", "hdf5"),
+        ("svd", "npy"),
+        ("cholesky", "hdf5"),
+        ("solve", "hdf5"),
+    }
+    sizes = bench.bw.SIZES["tiny"]
+    for (op, _), row in rows.items():
+        workload = "tsqr" if op in ("qr", "svd") else "cholesky"
+        assert row["budget"] == bench.bl.budget_bytes(workload, sizes)
+        assert {p["engine"]: p["target"] for p in row["peers"]} == {
+            "dask": ">= 1.5",
+            "scipy": ">= 0.8",
+        }
+        assert all(p["median"] > 0 and p["ratio"] > 0 for p in row["peers"])
+        assert row["bytes_read"] >= bench.bl.matrix_bytes(workload, sizes)
+        assert row["io_vs_bound"]["ratio"] >= 1
+        assert ("gflops" in row) == (workload == "cholesky")
+    assert "cholesky(A), L written" in done.stdout
+    assert not (tmp_path / "tiny" / "out").exists()

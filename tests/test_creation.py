@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import os
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -185,6 +186,21 @@ def test_asarray_passes_casts_and_copies_disk_arrays():
     same(xc.asarray(x, dtype="float16"), a.astype("f2"))
     with pytest.raises(errors.InvalidArgumentError, match="copy=False"):
         xc.asarray(x, dtype="float16", copy=False)
+
+
+def test_a_stored_copy_keeps_the_dtype_and_bits():
+    a = np.random.default_rng(3).standard_normal((9, 4))  # float64, also without x64
+    x = oocarr.from_numpy(a)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no JAX warning about float64
+        copies = [xc.asarray(x, copy=True), xc.asarray(x[2:, 1], copy=True)]
+        zero_d = xc.asarray(x[3, 1], copy=True)
+    for got, want in zip((*copies, zero_d), (a, a[2:, 1], a[3, 1])):
+        assert isinstance(got, oocarr.DiskArray) and got.dtype == np.float64
+        np.testing.assert_array_equal(np.asarray(got), want)
+    assert all(c.locator != x.locator for c in (*copies, zero_d))
+    cast = xc.asarray(x[3, 1], dtype="float32")  # a 0-d cast is stored too
+    assert isinstance(cast, oocarr.DiskArray) and np.asarray(cast) == np.float32(a[3, 1])
 
 
 def test_asarray_stores_in_memory_values():

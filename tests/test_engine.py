@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -140,3 +142,17 @@ def test_ops_written_before_host_folds_keep_their_plan_and_buffers_signatures():
     out = np.empty(20, "f4")
     engine.OOCAlgorithm(Doubled((20,))).forward([engine.Operand(x.store)], out)
     np.testing.assert_array_equal(out, np.arange(20.0) * 2)
+
+
+def test_engine_client_runs_lapack_before_jax_starts_its_own():
+    """The engine's CPU client has JAX's LAPACK custom calls even when it is made before JAX's
+    default backend (a fresh process whose first computation is an out-of-core factorization)."""
+    code = (
+        "import numpy as np, jax, jax.numpy as jnp\n"
+        "from oocarr.engine.device import engine_device\n"
+        "x = jax.device_put(np.diag(np.array([4.0, 9.0], 'f4')), engine_device())\n"
+        "print(np.asarray(jax.jit(jnp.linalg.cholesky)(x)).diagonal().tolist())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(np.sqrt([4.0, 9.0]).tolist())

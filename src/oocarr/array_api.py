@@ -6,6 +6,11 @@ functions here are oocarr's own; docs/array-api.md lists every function of the s
 with its status.  A function the standard has and oocarr does not yet give raises
 :class:`oocarr.errors.NotSupportedError` naming it, with the reason and what to use.
 
+Outside a trace every result of the namespace's functions (``xp.linalg`` and ``xp.fft``'s
+too) is a ``DiskArray``, 0-d reductions and small factors included, so code that finds its
+namespace from the arrays it holds (``array_api_compat.array_namespace``, scikit-learn's Array
+API dispatch) finds this one; under ``jax.jit`` and ``jax.grad`` 0-d results stay JAX values.
+
 Examples
 --------
 >>> import numpy as np, oocarr
@@ -18,16 +23,19 @@ Examples
 from __future__ import annotations
 
 import builtins
+import functools
 import math
 import sys
+import types
 from typing import Any, NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax._src import core as jax_core
 
-from oocarr import fft as fft  # the standard's extensions: xp.fft and xp.linalg
-from oocarr import linalg as linalg
+from oocarr import fft as fft_module  # the standard's extensions: xp.fft and xp.linalg
+from oocarr import linalg as linalg_module
 from oocarr.api import (
     contraction,
     creation,
@@ -79,7 +87,7 @@ var, std = statistics.var, statistics.std
 astype, matmul, where = fn.astype, fn.matmul, fn.where
 take = indexing.take
 # the linalg extension's, which the main namespace has too
-matrix_transpose, vecdot = linalg.matrix_transpose, linalg.vecdot
+matrix_transpose, vecdot = linalg_module.matrix_transpose, linalg_module.vecdot
 #: The standard's functions that live in oocarr's other modules, by module.
 _ELSEWHERE = {
     manipulation: [n for n in manipulation.__all__ if n != "install_methods"],
@@ -277,13 +285,17 @@ class _Info:
 
     def default_dtypes(self, *, device: Any = None) -> dict[str, Any]:
         return {
-            "real floating": np.dtype(float32),
-            "complex floating": np.dtype(complex64),
-            "integral": np.dtype(int32),
-            "indexing": np.dtype(int32),
+            "real floating": creation.default_dtype("real floating"),
+            "complex floating": creation.default_dtype("complex floating"),
+            "integral": creation.default_dtype("integral"),
+            "indexing": creation.default_dtype("integral"),
         }
 
     def dtypes(self, *, device: Any = None, kind: Any = None) -> dict[str, np.dtype]:
+        # The dtypes results have, as jax.numpy's namespace says: without jax_enable_x64 the
+        # 64-bit ones are computed in 32 bits, so a library that picks its working precision
+        # from here (scikit-learn's float64 accumulators) asks for what it gets, with no
+        # warning. Stored 64-bit arrays still open, read and keep their dtype.
         names = [
             "bool",
             *(f"int{b}" for b in (8, 16, 32, 64)),
@@ -294,7 +306,11 @@ class _Info:
             "complex128",
         ]
         found = {n: np.dtype(n) for n in names}
-        return {n: d for n, d in found.items() if kind is None or isdtype(d, kind)}
+        return {
+            n: d
+            for n, d in found.items()
+            if jax.dtypes.canonicalize_dtype(d) == d and (kind is None or isdtype(d, kind))
+        }
 
 
 # ----------------------------------------------------------------------------
@@ -315,6 +331,78 @@ def __getattr__(name: str) -> Any:
             f"oocarr.array_api.{name} is not provided for stored arrays: {NOT_PROVIDED[name]}"
         )
     raise AttributeError(f"module 'oocarr.array_api' has no attribute {name!r}")
+
+
+# ----------------------------------------------------------------------------
+# The namespace's functions return the namespace's arrays
+# ----------------------------------------------------------------------------
+class NamespaceFunction:
+    """A function of the namespace: ``function`` itself (name, docstring, signature), with its
+    results passed through :func:`oocarr.api.elementwise.stored` (outside a trace, in-memory
+    arrays come back stored).
+
+    Examples
+    --------
+    >>> import numpy as np, oocarr
+    >>> mean = NamespaceFunction(oocarr.mean)
+    >>> m = mean(oocarr.from_numpy(np.array([1.0, 2.0], "f4")))
+    >>> type(m).__name__, float(m), mean.__name__
+    ('DiskArray', 1.5, 'mean')
+    """
+
+    def __init__(self, function: Any) -> None:
+        functools.update_wrapper(self, function)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return fn.stored(self.__wrapped__(*args, **kwargs))
+
+    def __repr__(self) -> str:
+        return f"<function oocarr.array_api {self.__qualname__}>"
+
+
+class NamespaceExtension(types.ModuleType):
+    """An extension of the namespace (``xp.linalg``, ``xp.fft``): ``module``'s names, its
+    functions wrapped in :class:`NamespaceFunction`, looked up when asked for (a function the
+    module gains later is there too).
+
+    Examples
+    --------
+    >>> import numpy as np, oocarr
+    >>> x = oocarr.from_numpy(np.array([[3.0, 0.0], [4.0, 5.0]], "f4"))
+    >>> [type(a).__name__ for a in x.__array_namespace__().linalg.svd(x, full_matrices=False)]
+    ['DiskArray', 'DiskArray', 'DiskArray']
+    """
+
+    def __init__(self, module: types.ModuleType) -> None:
+        super().__init__(module.__name__, module.__doc__)
+        self._module = module
+        self._functions: dict[str, NamespaceFunction] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._module, name)
+        if not callable(value) or isinstance(value, type):
+            return value
+        function = self._functions.get(name)
+        if function is None or function.__wrapped__ is not value:
+            function = self._functions[name] = NamespaceFunction(value)
+        return function
+
+    def __dir__(self) -> list[str]:
+        return dir(self._module)
+
+
+#: The namespace's functions that return arrays: every function but the data type functions
+#: (which answer with dtypes, numbers and booleans) and the inspection object.
+ARRAY_FUNCTIONS = (
+    *_ELEMENTWISE,
+    *_REDUCTIONS,
+    *(name for names in _ELSEWHERE.values() for name in names),
+    *("pow", "var", "std", "astype", "matmul", "where", "take", "matrix_transpose", "vecdot"),
+    *("permute_dims", "clip"),
+)
+globals().update({name: NamespaceFunction(globals()[name]) for name in ARRAY_FUNCTIONS})
+linalg = NamespaceExtension(linalg_module)
+fft = NamespaceExtension(fft_module)
 
 
 def namespace_of(*arrays: Any, api_version: str | None = None) -> Any:

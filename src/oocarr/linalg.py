@@ -10,14 +10,14 @@ the standard says.  How each function runs, and what it needs in memory:
   ``vector_norm`` (every ``ord``), ``matrix_norm`` (``ord`` ``"fro"``, 1, -1, ``inf``,
   ``-inf``; 2, -2 and ``"nuc"`` reduce the singular values, as ``svdvals`` gives them);
 - **TSQR-based** (a tall-and-skinny matrix streams a panel of rows at a time, its n × n R
-  factor in memory; differentiable): ``qr``, ``svd``, ``svdvals`` (stacks too),
-  ``lstsq`` (NumPy's signature);
-- **out-of-core blocked** (square matrices larger than the budget, blocked Cholesky and LU
-  with partial pivoting over column panels): ``cholesky``, ``solve``, ``inv``, ``det``,
-  ``slogdet`` -- not provided yet;
-- **must fit in memory** (one matrix at a time, refused with ``BudgetTooSmallError`` when it
-  does not fit): ``eigh``, ``eigvalsh``, ``pinv``, ``matrix_rank``, ``matrix_power`` -- not
-  provided yet.
+  factor in memory; differentiable): ``qr`` (Q by direct TSQR, orthonormal to ε),
+  ``svd``, ``svdvals`` (stacks too, one matrix at a time), ``lstsq`` (NumPy's signature);
+- **out-of-core blocked** (square matrices larger than the budget; differentiable, their
+  gradients out of core too): ``cholesky`` (left-looking over column blocks), ``solve``,
+  ``inv``, ``det``, ``slogdet`` (LU with partial pivoting over column panels);
+- **must fit in memory** (one matrix at a time, refused with ``BudgetTooSmallError`` naming
+  its size when it does not fit the budget): ``eigh``, ``eigvalsh``, ``pinv``,
+  ``matrix_rank``, ``matrix_power``.
 
 docs/linalg.md is the user's page.
 
@@ -41,17 +41,34 @@ from oocarr.api.linalg import (
     vecdot,
     vector_norm,
 )
-from oocarr.api.linalg_tsqr import lstsq, qr, svd, svdvals
+from oocarr.api.linalg_cholesky import cholesky
+from oocarr.api.linalg_fit import EighResult, eigh, eigvalsh, matrix_power, matrix_rank, pinv
+from oocarr.api.linalg_lu import SlogdetResult, det, inv, slogdet, solve
+from oocarr.api.linalg_tsqr import QRResult, SVDResult, lstsq, qr, svd, svdvals
 
 __all__ = [
+    "EighResult",
+    "QRResult",
+    "SVDResult",
+    "SlogdetResult",
+    "cholesky",
     "cross",
+    "det",
     "diagonal",
+    "eigh",
+    "eigvalsh",
+    "inv",
     "lstsq",
     "matmul",
     "matrix_norm",
+    "matrix_power",
+    "matrix_rank",
     "matrix_transpose",
     "outer",
+    "pinv",
     "qr",
+    "slogdet",
+    "solve",
     "svd",
     "svdvals",
     "tensordot",

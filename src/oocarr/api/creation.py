@@ -47,7 +47,7 @@ import numpy as np
 from jax._src import core as jax_core
 
 from oocarr.api import elementwise as fn
-from oocarr.api.storage import from_numpy
+from oocarr.api.storage import from_numpy, save
 from oocarr.engine import plan
 from oocarr.engine.budget import memory_budget_bytes
 from oocarr.engine.io import WriteBehind, stream_read
@@ -376,13 +376,13 @@ def asarray(
     dtype = _dtype(dtype, "asarray")
     if is_disk(obj):
         if dtype is None or dtype == np.dtype(obj.dtype):
-            return fn.astype(obj, obj.dtype) if copy else obj
+            return _stored_copy(obj, obj.dtype) if copy else obj
         if copy is False:
             raise InvalidArgumentError(
                 f"asarray: copy=False, but casting {obj.dtype} to {dtype} makes a copy; pass "
                 "copy=None to allow it"
             )
-        return fn.astype(obj, dtype)
+        return _stored_copy(obj, dtype)
     if copy is False:
         raise InvalidArgumentError(
             "asarray: copy=False, but an array in memory is copied into storage; pass "
@@ -391,6 +391,22 @@ def asarray(
     if _traced(obj):
         return _identity(obj if dtype is None else obj.astype(dtype))
     return from_numpy(_in_memory(obj, dtype))
+
+
+def _stored_copy(x: DiskArray, dtype: np.dtype) -> Any:
+    """A new stored array with ``x``'s values in ``dtype``.
+
+    Outside a trace a copy in ``x``'s own dtype is its bytes, copied tile by tile: bit for
+    bit, 64-bit dtypes too without ``jax_enable_x64`` (which :func:`oocarr.astype` computes in
+    32 bits).  A cast, or a copy under a trace, is :func:`oocarr.astype`'s; its 0-d result is
+    in memory, as every 0-d op result is, so that one is stored too (writable, as NumPy's copy
+    is)."""
+    if dtype == np.dtype(x.dtype) and not _traced(x):
+        return DiskArray(save(x, scratch_locator(None, x.shape, x.dtype)).store, owned=True)
+    out = fn.astype(x, dtype)
+    if is_disk(out):
+        return out
+    return _identity(out) if _traced(out) else from_numpy(np.asarray(out))
 
 
 def _in_memory(obj: Any, dtype: np.dtype | None) -> np.ndarray:

@@ -13,6 +13,7 @@ import numpy as np
 from jax._src import core as jax_core
 
 from oocarr.api import assignment
+from oocarr.api.storage import from_numpy
 from oocarr.errors import InvalidArgumentError
 from oocarr.jaxlayer.disk_array import DiskArray, DiskArrayType, add_methods
 from oocarr.jaxlayer.make_op import make_op, materialize, update
@@ -56,6 +57,7 @@ __all__ = [
     "materialize",
     "update",
     "install_operators",
+    "stored",
 ]
 
 
@@ -474,6 +476,47 @@ _OPERATORS = {
 }
 
 
+def stored(value: Any) -> Any:
+    """``value`` with each concrete in-memory array in it (a 0-d reduction, a small factor such
+    as ``svd``'s ``S`` and ``Vh``, a result computed from in-memory inputs) written to scratch
+    storage as a ``DiskArray``, going through tuples (named too) and lists.
+
+    What the namespace's functions (:mod:`oocarr.array_api`) and ``DiskArray``'s operators
+    return: code written against the standard finds its namespace from the arrays it holds
+    (``array_api_compat.array_namespace(*arrays)``, as scikit-learn and SciPy do), and refuses
+    a mix of ``DiskArray`` and ``jax.Array``.  Traced values (under ``jax.jit`` or
+    ``jax.grad``) are returned as they are: a stored copy would add a write to the compiled
+    function, and a loss must stay a JAX scalar to be differentiated.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp
+    >>> type(stored((jnp.float32(2.0), 3))[0]).__name__, stored((jnp.float32(2.0), 3))[1]
+    ('DiskArray', 3)
+    """
+    if isinstance(value, jax_core.Tracer):
+        return value
+    if isinstance(value, jax.Array | np.ndarray | np.generic):
+        return from_numpy(np.asarray(value))
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*map(stored, value))
+    if isinstance(value, tuple | list):
+        return type(value)(map(stored, value))
+    return value
+
+
+def _operator(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``DiskArray``'s operator ``name``: ``fn``'s result, stored; ``x == None`` and
+    ``x != None`` fall back to identity, as for NumPy and JAX arrays."""
+    if name in ("eq", "ne"):
+
+        def compare(self: Any, other: Any) -> Any:
+            return NotImplemented if other is None else stored(fn(self, other))
+
+        return compare
+    return lambda self, *a: stored(fn(self, *a))
+
+
 def install_operators() -> None:
     """Give ``DiskArray`` (and its traced type) its operators and methods: every arithmetic,
     comparison (elementwise ``==`` and ``!=`` included) and bitwise operator with its
@@ -491,7 +534,7 @@ def install_operators() -> None:
     array([2., 2.], dtype=float32)
     """
     for name, fn in _OPERATORS.items():
-        setattr(DiskArray, f"__{name}__", lambda self, *a, _fn=fn: _fn(self, *a))
+        setattr(DiskArray, f"__{name}__", _operator(name, fn))
         setattr(DiskArrayType, f"_{name}", staticmethod(fn))
     methods = {
         "sum": sum,

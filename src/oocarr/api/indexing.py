@@ -36,6 +36,12 @@ _slice = make_op(Slice)
 _view = DiskArray.__getitem__
 
 
+def _whole(k: slice) -> bool:
+    """Whether ``k`` is ``:`` (compared by its parts: a bound may be a 0-d array, whose ``==``
+    is elementwise)."""
+    return k.start is None and k.stop is None and k.step is None
+
+
 def take(x: Any, indices: Any, /, *, axis: int | None = None) -> Any:
     """Elements of ``x`` at ``indices`` along ``axis`` (the Array API's ``take``), read in
     sorted order tile by tile; differentiable in ``x`` (repeated indices add their gradients).
@@ -101,7 +107,7 @@ def _is_bool(k: Any) -> bool:
 
 
 def _basic(x: Any, key: tuple, traced: bool) -> Any:
-    full = all(k is Ellipsis or (isinstance(k, slice) and k == slice(None)) for k in key)
+    full = all(k is Ellipsis or (isinstance(k, slice) and _whole(k)) for k in key)
     ellipses = sum(k is Ellipsis for k in key)
     fits = len(key) - ellipses <= len(x.shape) if ellipses else len(key) == len(x.shape)
     if full and ellipses <= 1 and fits:

@@ -12,7 +12,8 @@ memory budget, works under ``jax.jit`` and gives ``jax.numpy.linalg``'s gradient
   diagonal) and ``trace`` (its sum);
 - ``vector_norm`` and ``matrix_norm``: ``abs``/``square``/``power`` and reductions (``sum``,
   ``max``, ``min``) over the axes named; the SVD-based matrix norms (``ord`` 2, -2,
-  ``"nuc"``) reduce the singular values of ``svdvals`` (TSQR, streamed for tall matrices).
+  ``"nuc"``) reduce the singular values of ``svdvals`` (TSQR, streamed for tall matrices;
+  a complex matrix through its real embedding).
 
 Stacks of matrices are the last two axes, with leading batch axes, as the standard says.  The
 face users import is :mod:`oocarr.linalg` (also ``xp.linalg`` of the Array API namespace).
@@ -354,10 +355,19 @@ _SVD_ORDS = {2: "max", -2: "min", "nuc": "sum"}
 
 
 def _svdvals(x: Any) -> Any:
-    """The singular values of each matrix of a stack, in descending order (TSQR's)."""
+    """The singular values of each matrix of a stack, in descending order (TSQR's).
+
+    A complex ``A = X + iY`` has the singular values of the real ``[[X, -Y], [Y, X]]``, each
+    twice (that matrix is unitarily similar to ``diag(A, conj(A))``): real TSQR gives them.
+    """
     from oocarr.api.linalg_tsqr import svdvals
 
-    return svdvals(x)
+    if not _is_complex(x):
+        return svdvals(x)
+    re, im = fn.real(x), fn.imag(x)
+    top = manipulation.concat([re, fn.negative(im)], axis=-1)
+    bottom = manipulation.concat([im, re], axis=-1)
+    return svdvals(manipulation.concat([top, bottom], axis=-2))[..., ::2]
 
 
 def matrix_norm(x: Any, /, *, keepdims: bool = False, ord: Any = "fro") -> Any:

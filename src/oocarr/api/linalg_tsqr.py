@@ -6,19 +6,24 @@ under the memory budget; R is n × n, in memory).  Everything else follows
 from R:
 
 * ``svdvals(x)`` is ``svdvals(R)``;
-* ``qr(x)`` is ``(x R⁻¹, R)``: Q is one more streamed pass, ``x`` times an
-  n × n matrix, written to scratch (TSQR's R, then Q by a triangular
-  solve: orthonormal to about ε·κ(x), as the "indirect TSQR" of Benson,
-  Gleich and Demmel);
-* ``svd(x)`` takes the SVD ``R = U_R S Vᴴ``, and ``U = x R⁻¹ U_R``;
+* ``qr(x)`` is ``(Q, R)`` with Q by direct TSQR (:class:`oocarr.ops.tsqr_q.TSQRQ`:
+  two more passes over the row panels, Q written to scratch), orthonormal to
+  about ε however ill-conditioned ``x`` (``x R⁻¹``, the "indirect TSQR" of
+  Benson, Gleich and Demmel, is orthonormal to about ε·κ(x) only);
+* ``svd(x)`` takes the SVD ``R = U_R S Vᴴ``, and ``U = Q U_R`` (the same
+  passes, ``U_R`` folded into each panel's factor);
 * ``lstsq(x, y)`` factors ``[x | y]``: its R holds R, ``Qᵀy`` and the
   residuals, so the solution (NumPy's minimum-norm one, through the SVD of
   R) needs no Q at all.
 
-Every function is differentiable: the R factor's gradient is one more pass
-over ``x`` (``x̄ = x·G``, see :mod:`oocarr.ops.tsqr`), and the rest is JAX on
-n × n matrices and oocarr's streamed ``matmul``.  A wide matrix (m < n) is
-handled through its transpose where the result allows (``svdvals``, ``svd``).
+Every function is differentiable, with ``jax.numpy.linalg``'s gradients: the R
+factor's is one more pass over ``x`` (``x̄ = x·G``, see :mod:`oocarr.ops.tsqr`),
+Q's two passes over Q and its cotangent (see :mod:`oocarr.ops.tsqr_q`), and the
+rest is JAX on n × n matrices.  A wide matrix (m < n) is handled through its
+transpose where the result allows (``svdvals``, ``svd``).  ``qr``, ``svd`` and
+``svdvals`` of a stack (more than 2 axes) factor one matrix at a time, their
+stored results stacked; ``lstsq`` takes one matrix, as NumPy's and
+``jax.numpy.linalg``'s do.
 """
 
 from __future__ import annotations
@@ -29,16 +34,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from oocarr.api import creation, manipulation
 from oocarr.api import elementwise as fn
-from oocarr.api import manipulation
+from oocarr.api.linalg_fit import in_memory, is_complex, read_whole
 from oocarr.errors import InvalidArgumentError, NotSupportedError
 from oocarr.jaxlayer.disk_array import is_disk
 from oocarr.jaxlayer.make_op import make_op
 from oocarr.ops.tsqr import TSQR
+from oocarr.ops.tsqr_q import TSQRQ
 
 __all__ = ["QRResult", "SVDResult", "lstsq", "qr", "r_factor", "svd", "svdvals"]
 
 _r_factor = make_op(TSQR, in_memory=True)
+_q_times = make_op(TSQRQ)
 
 
 class QRResult(NamedTuple):
@@ -64,6 +72,17 @@ def _matrix(x: Any, name: str) -> tuple[int, int]:
             f"stack of matrices, call {name} on each x[i]"
         )
     return shape
+
+
+def _matrices(x: Any, name: str) -> tuple[int, ...]:
+    shape = tuple(x.shape)
+    if len(shape) < 2:
+        raise InvalidArgumentError(f"{name} needs at least 2 axes, got shape {shape}")
+    return shape
+
+
+def _float(dtype: Any) -> np.dtype:
+    return np.dtype(jnp.promote_types(dtype, jnp.float32))
 
 
 def _transposed(x: Any) -> Any:
@@ -100,6 +119,8 @@ def svdvals(x: Any, /) -> jax.Array:
     """
     if not is_disk(x):
         return jnp.linalg.svdvals(jnp.asarray(x))
+    if is_complex(x):
+        return jnp.linalg.svdvals(read_whole("svdvals", x, 3))
     shape = tuple(x.shape)
     if len(shape) < 2:
         raise InvalidArgumentError(f"svdvals needs at least 2 axes, got shape {shape}")
@@ -113,13 +134,45 @@ def svdvals(x: Any, /) -> jax.Array:
     return jnp.linalg.svdvals(r_factor(x if m >= n else _transposed(x)))
 
 
+def _per_matrix(x: Any, factor: Any, stored: tuple[bool, ...], empty: Any) -> tuple:
+    """``factor`` of each matrix of the stack ``x`` in turn, its results stacked: each stored
+    one (``stored``) by oocarr's ``stack``, each in-memory one by ``jax.numpy``'s; ``empty()``
+    gives the results of a stack of no matrices."""
+    batch = tuple(x.shape[:-2])
+    if 0 in batch:
+        return empty()
+    found = [factor(x[index]) for index in np.ndindex(*batch)]
+    results = []
+    for i, is_stored in enumerate(stored):
+        parts = [f[i] for f in found]
+        if is_stored:
+            joined = manipulation.stack(parts, axis=0)
+            if len(batch) > 1:
+                joined = manipulation.reshape(joined, (*batch, *parts[0].shape))
+        else:
+            joined = jnp.stack(parts).reshape(*batch, *parts[0].shape)
+        results.append(joined)
+    return tuple(results)
+
+
+def _stored_zeros(shape: tuple[int, ...], dtype: Any) -> Any:
+    return creation.zeros(shape, dtype=dtype)
+
+
 def qr(x: Any, /, *, mode: str = "reduced") -> QRResult:
-    """``x = QR`` of a tall matrix: Q (m × n) in scratch storage, R (n × n) in memory.
+    """``x = QR`` of a tall matrix (of each matrix of a stack): Q (m × n) in scratch storage,
+    R (n × n, non-negative diagonal) in memory.
+
+    Q is made by direct TSQR (:class:`~oocarr.ops.tsqr_q.TSQRQ`): orthonormal to about
+    machine precision however ill-conditioned ``x``.  Two passes over ``x`` (R, then each
+    row panel's own Q factor, written where Q goes) and one over Q (each panel's factor read
+    back and multiplied by its n × n block of the stacked R factors' Q); the gradient is
+    ``jax.numpy.linalg.qr``'s.
 
     Parameters
     ----------
     x : DiskArray
-        A matrix with at least as many rows as columns.
+        A matrix with at least as many rows as columns, or a stack of them (``(..., m, n)``).
     mode : {"reduced", "complete"}
         ``"complete"`` only for a square matrix (a tall one's complete Q is m × m).
 
@@ -133,29 +186,38 @@ def qr(x: Any, /, *, mode: str = "reduced") -> QRResult:
     """
     if mode not in ("reduced", "complete"):
         raise InvalidArgumentError(f"qr mode must be 'reduced' or 'complete', got {mode!r}")
-    if not is_disk(x):
-        q, r = jnp.linalg.qr(jnp.asarray(x), mode=mode)
+    if not is_disk(x) or is_complex(x):
+        q, r = jnp.linalg.qr(in_memory("qr", x), mode=mode)
         return QRResult(q, r)
-    m, n = _matrix(x, "qr")
+    shape = _matrices(x, "qr")
+    m, n = shape[-2:]
     if m < n:
         raise NotSupportedError(
-            f"qr of a stored wide matrix (shape {(m, n)}) is not built: its R is m × n; "
+            f"qr of a stored wide matrix (shape {shape}) is not built: its R is m × n; "
             "factor its transpose (x.mT) instead"
         )
     if mode == "complete" and m > n:
         raise NotSupportedError(
-            f"qr(mode='complete') of a stored tall matrix (shape {(m, n)}) would make an "
+            f"qr(mode='complete') of a stored tall matrix (shape {shape}) would make an "
             f"{m} × {m} Q; use mode='reduced'"
         )
+    if len(shape) > 2:
+        dtype = _float(x.dtype)
+
+        def empty() -> tuple:
+            return _stored_zeros(shape, dtype), jnp.zeros((*shape[:-2], n, n), dtype)
+
+        return QRResult(*_per_matrix(x, qr, (True, False), empty))
     r = r_factor(x)
-    eye = jnp.eye(n, dtype=r.dtype)
-    q = fn.matmul(x, jax.scipy.linalg.solve_triangular(r, eye, lower=False))
-    return QRResult(q, r)
+    return QRResult(_q_times(x, r, jnp.eye(n, dtype=r.dtype)), r)
 
 
 def svd(x: Any, /, *, full_matrices: bool = True) -> SVDResult:
-    """``x = U diag(S) Vh`` of a stored matrix through TSQR; ``full_matrices=False`` for a
-    tall (or wide) one, whose full U (or Vh) would be m × m.
+    """``x = U diag(S) Vh`` of a stored matrix (of each matrix of a stack) through TSQR;
+    ``full_matrices=False`` for a tall (or wide) one, whose full U (or Vh) would be m × m.
+
+    ``R = U_R diag(S) Vh`` in memory, and ``U = Q U_R`` with Q by direct TSQR (orthonormal
+    to about machine precision); a wide matrix goes through its transpose.
 
     Examples
     --------
@@ -165,27 +227,47 @@ def svd(x: Any, /, *, full_matrices: bool = True) -> SVDResult:
     >>> bool(np.allclose((np.asarray(u) * np.asarray(s)) @ np.asarray(vh), a, atol=1e-4))
     True
     """
-    if not is_disk(x):
-        u, s, vh = jnp.linalg.svd(jnp.asarray(x), full_matrices=full_matrices)
+    if not is_disk(x) or is_complex(x):
+        u, s, vh = jnp.linalg.svd(in_memory("svd", x), full_matrices=full_matrices)
         return SVDResult(u, s, vh)
-    m, n = _matrix(x, "svd")
+    shape = _matrices(x, "svd")
+    m, n = shape[-2:]
     if full_matrices and m != n:
         raise NotSupportedError(
             f"svd(full_matrices=True) of a stored {m} × {n} matrix would make a "
             f"{max(m, n)} × {max(m, n)} factor; pass full_matrices=False"
         )
+    if len(shape) > 2:
+        batch, k, dtype = shape[:-2], min(m, n), _float(x.dtype)
+
+        def empty() -> tuple:
+            u_shape, vh_shape = (*batch, m, k), (*batch, k, n)
+            if m >= n:
+                return (
+                    _stored_zeros(u_shape, dtype),
+                    jnp.zeros((*batch, k), dtype),
+                    jnp.zeros(vh_shape, dtype),
+                )
+            return (
+                jnp.zeros(u_shape, dtype),
+                jnp.zeros((*batch, k), dtype),
+                _stored_zeros(vh_shape, dtype),
+            )
+
+        stored = (True, False, False) if m >= n else (False, False, True)
+        return SVDResult(*_per_matrix(x, lambda v: svd(v, full_matrices=False), stored, empty))
     if m < n:
         u, s, vh = svd(_transposed(x), full_matrices=False)
         return SVDResult(vh.T, s, _transposed(u))
     r = r_factor(x)
     ur, s, vh = jnp.linalg.svd(r, full_matrices=False)
-    u = fn.matmul(x, jax.scipy.linalg.solve_triangular(r, ur, lower=False))
-    return SVDResult(u, s, vh)
+    return SVDResult(_q_times(x, r, ur), s, vh)
 
 
 def lstsq(a: Any, b: Any, rcond: float | None = None) -> tuple[Any, Any, Any, Any]:
     """Least squares ``a @ x ≈ b`` for a tall ``a``, with NumPy's signature and results:
-    ``(x, residuals, rank, s)``.
+    ``(x, residuals, rank, s)``.  One matrix ``a`` of 2 axes: NumPy's and
+    ``jax.numpy.linalg``'s ``lstsq`` take no stacks either (solve each ``a[i]`` in turn).
 
     ``[a | b]`` is factored by TSQR in one pass; ``x`` is NumPy's minimum-norm solution
     (singular values of ``a`` at most ``rcond`` times the largest count as zero; ``rcond``

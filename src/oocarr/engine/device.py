@@ -46,9 +46,11 @@ def engine_device() -> jax.Device:
     if _device is None:
         with _lock:
             if _device is None:
-                from jax._src.lib import _jax
+                from jax._src.lib import xla_client
 
-                client = _jax.get_tfrt_cpu_client(asynchronous=False)
+                # xla_client's constructor, not _jax's: it also registers the CPU custom
+                # calls (LAPACK's, for jnp.linalg), as JAX's own CPU client does
+                client = xla_client.make_cpu_client(asynchronous=False)
                 _sharding = jax.sharding.SingleDeviceSharding(client.local_devices()[0])
                 _device = client.local_devices()[0]
     return _device

@@ -25,7 +25,18 @@ import numpy as np
 from oocarr.engine.op import CustomOp, Region, Run
 from oocarr.errors import InvalidArgumentError, NotSupportedError
 
-__all__ = ["TSQR"]
+__all__ = ["TSQR", "real_float_dtype"]
+
+
+def real_float_dtype(dtype: np.dtype) -> np.dtype:
+    """``dtype``, which TSQR factors: a real floating dtype, else an error naming the cast."""
+    dtype = np.dtype(dtype)
+    if dtype.kind not in "f":
+        raise NotSupportedError(
+            f"TSQR of {dtype} is not built; cast the matrix to a real floating dtype "
+            "(x.astype('float32')) first"
+        )
+    return dtype
 
 
 def _positive_diagonal(r: jax.Array) -> jax.Array:
@@ -64,13 +75,7 @@ class TSQR(CustomOp):
         return (n, n)
 
     def result_dtype(self, *inputs: jax.ShapeDtypeStruct) -> np.dtype:
-        dtype = np.dtype(inputs[0].dtype)
-        if dtype.kind not in "f":
-            raise NotSupportedError(
-                f"TSQR of {dtype} is not built; cast the matrix to a real floating dtype "
-                "(x.astype('float32')) first"
-            )
-        return dtype
+        return real_float_dtype(inputs[0].dtype)
 
     def min_tile_elems(self) -> int:
         # a panel of whole rows, at least as many as there are columns: n x n

@@ -29,19 +29,20 @@ def make_sample(path: str, rows: int, cols: int) -> None:
     """Write a chunked, gzip-compressed float32 dataset in a nested group with plain h5py."""
     rng = np.random.default_rng(0)
     step = 65536
+    chunk_rows = max(1, min(4096, rows))  # h5py refuses chunks longer than the dataset
     with h5py.File(path, "w") as f:
         ds = f.create_dataset(
             "experiment/features",
             shape=(rows, cols),
             dtype="f4",
-            chunks=(4096, cols),
+            chunks=(chunk_rows, cols),
             compression="gzip",
             compression_opts=1,
         )
         ds.attrs["description"] = "synthetic features for the oocarr demo"
         ds.attrs["rows"] = rows
         targets = f.create_dataset(
-            "experiment/targets", shape=(rows, 1), dtype="f4", chunks=(4096, 1)
+            "experiment/targets", shape=(rows, 1), dtype="f4", chunks=(chunk_rows, 1)
         )
         w_true = np.linspace(-1, 1, cols, dtype=np.float32)[:, None]
         for start in range(0, rows, step):

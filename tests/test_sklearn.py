@@ -176,23 +176,11 @@ def _up_to_signs(got: dict, want: dict) -> dict:
     }
 
 
-#: Temporary, while oocarr.linalg has no eigh (being built in src/oocarr/api/linalg_fit.py):
-#: PCA's covariance_eigh solver calls ``xp.linalg.eigh(C)`` on the 8 x 8 covariance matrix
-#: ``C`` (a DiskArray), in scikit-learn's ``PCA._fit_full``.  Strict, and only while eigh is
-#: missing: once it is exported these cases run as the others do.
-EIGH_MISSING = pytest.mark.xfail(
-    not hasattr(oocarr.linalg, "eigh"),
-    reason="oocarr.linalg.eigh is not exported yet (AttributeError on xp.linalg.eigh(C))",
-    strict=True,
-)
-CASES = [pytest.param(case, marks=EIGH_MISSING) if "eigh" in case else case for case in ESTIMATORS]
-
-
 @pytest.mark.parametrize(
     ("precision", "dtype"),
     [(p, dtype) for p, (_, dtypes) in PRECISIONS.items() for dtype in dtypes],
 )
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", ESTIMATORS)
 def test_estimator_on_stored_arrays_matches_numpy(dispatched, case, precision, dtype):
     got = _result(dispatched, precision, case, dtype)
     want = _oracle(case)  # the values: scikit-learn's in float64

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import math
 import os
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -249,23 +248,9 @@ def ensure_data(
     if not by_path:
         return {}
     os.makedirs(data_dir, exist_ok=True)
-    bw._check_room(
-        data_dir, [a for p, arrays in by_path.items() if not os.path.exists(p) for a in arrays]
+    seconds = bw.write_missing(
+        data_dir, by_path, lambda path, arrays: _write(path, arrays, sizes_of(sizes)), log
     )
-    seconds = {}
-    for path, arrays in by_path.items():
-        if os.path.exists(path):
-            for a in arrays:
-                if (why := bw._mismatch(a)) is not None:
-                    raise SystemExit(f"{a.url} exists but {why}; remove it or choose another --dir")
-            continue
-        t0 = time.perf_counter()
-        log(f"writing {path} ({sum(a.spec.nbytes for a in arrays) / 2**30:.2f} GiB)")
-        head, tail = os.path.split(path)
-        partial = os.path.join(head, f".{tail}.partial-{os.getpid()}")
-        _write(partial, arrays, sizes_of(sizes))
-        os.rename(partial, path)
-        seconds[tail] = time.perf_counter() - t0
     if seconds:
         os.sync()
     return seconds

@@ -20,7 +20,6 @@ Heavy libraries are imported inside the runners, so a worker imports only what i
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -140,22 +139,7 @@ def ensure_data(
             for fmt in FORMATS:
                 for a in inputs(data_dir, sizes, side, fmt):
                     by_path.setdefault(a.path, []).append(a)
-    bw._check_room(
-        data_dir, [a for p, arrays in by_path.items() if not os.path.exists(p) for a in arrays]
-    )
-    for path, arrays in by_path.items():
-        if os.path.exists(path):
-            for a in arrays:
-                if (why := bw._mismatch(a)) is not None:
-                    raise SystemExit(f"{a.url} exists but {why}; remove it or choose another --dir")
-            continue
-        t0 = time.perf_counter()
-        log(f"writing {path} ({sum(a.spec.nbytes for a in arrays) / 2**30:.2f} GiB)")
-        head, tail = os.path.split(path)
-        partial = os.path.join(head, f".{tail}.partial-{os.getpid()}")
-        _write(partial, arrays)
-        os.rename(partial, path)
-        seconds[tail] = time.perf_counter() - t0
+    seconds |= bw.write_missing(data_dir, by_path, _write, log)
     if seconds:
         os.sync()
     return seconds

@@ -342,6 +342,37 @@ def ensure_data(
     return seconds
 
 
+def write_missing(
+    data_dir: str,
+    by_path: dict[str, list[Stored]],
+    write: Callable[[str, list[Stored]], None],
+    log: Callable[[str], None],
+) -> dict[str, float]:
+    """Write the files of ``by_path`` (path -> the arrays it holds) missing from ``data_dir``
+    with ``write(path, arrays)``, each under a temporary name renamed when complete; an
+    existing file of another shape or chunking is an error.  Seconds per file written."""
+    import time
+
+    _check_room(
+        data_dir, [a for p, arrays in by_path.items() if not os.path.exists(p) for a in arrays]
+    )
+    seconds = {}
+    for path, arrays in by_path.items():
+        if os.path.exists(path):
+            for a in arrays:
+                if (why := _mismatch(a)) is not None:
+                    raise SystemExit(f"{a.url} exists but {why}; remove it or choose another --dir")
+            continue
+        t0 = time.perf_counter()
+        log(f"writing {path} ({sum(a.spec.nbytes for a in arrays) / 2**30:.2f} GiB)")
+        head, tail = os.path.split(path)
+        partial = os.path.join(head, f".{tail}.partial-{os.getpid()}")
+        write(partial, arrays)
+        os.rename(partial, path)
+        seconds[tail] = time.perf_counter() - t0
+    return seconds
+
+
 # --------------------------------------------------------------------------------------------
 # Reading loops shared by the plain peers
 

@@ -565,6 +565,14 @@ class LUOp(CustomOp):
     def plan_for(self, run: Run, beside: int = 0) -> PanelPlan:
         return panel_plan(self.n, share_of(run, self.n), beside)
 
+    @contextlib.contextmanager
+    def factored(self, run: Run, plan: PanelPlan, dtype: np.dtype) -> Iterator[Factorization]:
+        """The LU factor of the op's first input, in a scratch array that lives as long as
+        the block."""
+        n = self.n
+        with run.temporary((n, n), dtype) as store:
+            yield factor(run, plan, run.inputs[0], store, dtype)
+
 
 def gradient_accumulator(
     run: Run, i: int, rows: int, shape: tuple[int, ...]

@@ -278,8 +278,7 @@ class LUInverse(LUOp):
         n = self.n
         dtype = compute_dtype(run.inputs[0].dtype, what=self.what)
         plan = self.plan_for(run)
-        with run.temporary((n, n), dtype) as store:
-            fac = factor(run, plan, run.inputs[0], store, dtype)
+        with self.factored(run, plan, dtype) as fac:
             for cols in column_blocks(n, plan.width):
                 y = identity_rows(cols.start, cols.stop - cols.start, dtype)(0, n)
                 forward_substitute(run, fac, y)
@@ -319,18 +318,15 @@ class LUDeterminant(LUOp):
         return (2,) if log else ()
 
     def forward(self, run: Run) -> None:
-        n = self.n
         dtype = compute_dtype(run.inputs[0].dtype, what=self.what)
-        plan = self.plan_for(run)
-        with run.temporary((n, n), dtype) as store:
-            fac = factor(run, plan, run.inputs[0], store, dtype)
-        if self.params.get("log"):
-            sign = fac.sign()
-            log_abs = -np.inf if sign == 0 else fac.log_abs
-            run.write((slice(0, 2),), np.array([sign, log_abs], dtype))
-        else:
-            with np.errstate(over="ignore"):  # |det| beyond the dtype's range: inf, as JAX's
-                run.write((), np.asarray(fac.det(), dtype))
+        with self.factored(run, self.plan_for(run), dtype) as fac:
+            if self.params.get("log"):
+                sign = fac.sign()
+                log_abs = -np.inf if sign == 0 else fac.log_abs
+                run.write((slice(0, 2),), np.array([sign, log_abs], dtype))
+            else:
+                with np.errstate(over="ignore"):  # |det| beyond the dtype's range: inf, as JAX's
+                    run.write((), np.asarray(fac.det(), dtype))
 
     def backward(self, run: Run) -> None:
         # d det = det · tr(A⁻¹ dA) and d log|det| = tr(A⁻¹ dA): x̄ = scale · A⁻ᵀ
@@ -344,8 +340,7 @@ class LUDeterminant(LUOp):
         dtype = compute_dtype(run.inputs[0].dtype, what=self.what)
         plan = self.plan_for(run)
         add = gradient_accumulator(run, 0, plan.rows, (n, n))
-        with run.temporary((n, n), dtype) as store:
-            fac = factor(run, plan, run.inputs[0], store, dtype)
+        with self.factored(run, plan, dtype) as fac:
             for cols in column_blocks(n, plan.width):
                 rows = identity_rows(cols.start, cols.stop - cols.start, dtype)
                 add(0, cols, scale * transposed_solve(run, fac, rows))

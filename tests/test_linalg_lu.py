@@ -37,11 +37,13 @@ def panel_reads(n: int, w: int) -> int:
 def plan_width(n: int, share: int, beside: int = 0) -> int:
     """The panel width of a share of ``share`` elements, as the module's docstring states: a
     panel of n rows beside ``beside`` right-hand-side columns, and beside it 4 n-long vectors,
-    the in-panel LU (2 n at least), three w × w blocks and six one-row blocks."""
+    the in-panel LU (2 n at least), three w × w blocks and six one-row blocks; panels of 64
+    columns or more are 4 columns narrower, for LAPACK's copy of the panel beside the vectors."""
     w = min(n, share // n - beside)
     while w > 1 and 6 * n + 3 * w * w + 6 * w > share:
         w -= 1
-    return w
+    whole = min(w, (share - 4 * n) // n - beside)
+    return whole if whole >= 64 else w
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -225,9 +227,12 @@ def test_a_singular_matrix_gives_what_jax_numpy_gives(tmp_path):
     assert tuple(map(float, jnp.linalg.slogdet(a))) == (0.0, -np.inf)
 
 
-@pytest.mark.parametrize("fraction", [4, 8])
-def test_bytes_read_are_the_formula_and_within_twice_the_optimum(fraction, tmp_path):
-    n, itemsize = 256, 4
+@pytest.mark.parametrize(
+    ("n", "fraction"),
+    [(256, 4), (256, 8), (1024, 4)],  # 1024: panels of 124 columns, each factored by LAPACK
+)
+def test_bytes_read_are_the_formula_and_within_twice_the_optimum(n, fraction, tmp_path):
+    itemsize = 4
     a = RNG.standard_normal((n, n)).astype(np.float32)
     budget = a.nbytes // fraction
     x = stored(a, tmp_path)
@@ -259,6 +264,28 @@ def test_bytes_read_by_solve_are_the_formula(tmp_path):
     best_back = sum((k * best + width) * width for k, width in enumerate(best_widths))
     optimum = itemsize * (n * n + panel_reads(n, best) + n + best_back)
     assert stats.total.bytes_read / optimum < 2.0
+
+
+def test_panels_factored_whole_by_lapack_are_numpys(tmp_path):
+    n = 768  # under a quarter of its size: 6 panels of 124 columns, each one LAPACK getrf
+    a = square(n)
+    assert lu_module.panel_plan(n, a.nbytes // 4 // 4 // 2).whole
+    a[:, 300] = 0.0  # singular: an exactly zero pivot inside a panel, as jax.numpy gives it
+    b = RNG.standard_normal((n, 3)).astype(np.float32)
+    x = stored(a, tmp_path)
+    with oocarr.memory_budget(a.nbytes // 4):
+        assert float(det(x)) == float(jnp.linalg.det(a)) == 0.0
+        assert not np.isfinite(np.asarray(solve(x, b))).all()
+    a[:, 300] = RNG.standard_normal(n)
+    x = stored(a, tmp_path, "regular")
+    with oocarr.memory_budget(a.nbytes // 4):
+        got = np.asarray(solve(x, b))
+        sign, logabsdet = slogdet(x)
+    a64 = a.astype(np.float64)
+    np.testing.assert_allclose(got, np.linalg.solve(a64, b), rtol=1e-3, atol=1e-3)
+    want_sign, want_log = np.linalg.slogdet(a64)
+    assert float(sign) == want_sign
+    np.testing.assert_allclose(float(logabsdet), want_log, rtol=1e-5)
 
 
 def test_compiled_block_functions_give_the_same_results(tmp_path, monkeypatch):

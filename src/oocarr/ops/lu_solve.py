@@ -36,6 +36,7 @@ from .lu import (
     factor,
     gradient_accumulator,
     panel_plan,
+    panel_store,
     row_regions,
     share_of,
     square_size,
@@ -173,7 +174,7 @@ def solve_backward(
     dtype = compute_dtype(*(r.dtype for r in run.inputs), what=op.what)
     plan = op.plan_for(run)
     add_b = gradient_accumulator(run, 1, plan.rows, b_shape or (n, k))
-    with run.temporary((n, n), dtype) as store, run.temporary((n, k), dtype) as z:
+    with panel_store(run, plan, dtype) as store, run.temporary((n, k), dtype) as z:
         fac = factor(run, plan, run.inputs[0], store, dtype)
         for cols in column_blocks(k, plan.width):
             solved = transposed_solve(run, fac, lambda a, b, c=cols: g_rows(slice(a, b), c))
@@ -232,7 +233,7 @@ class LUSolve(LUOp):
         share = share_of(run, n)
         fused = k <= (share // n) // 4
         plan = panel_plan(n, share, beside=k if fused else 0)
-        with run.temporary((n, n), dtype) as store:
+        with panel_store(run, plan, dtype) as store:
             if fused:
                 cols = slice(0, k)
                 y = self._right_hand_side(run, plan, cols, dtype)

@@ -206,6 +206,25 @@ def test_direct_q_is_orthonormal_where_x_times_r_inverse_is_not(budget, tmp_path
     np.testing.assert_allclose(r, r_np * row_signs(r_np), rtol=1e-8, atol=1e-14)
 
 
+def test_panels_are_capped_whatever_the_budget(tmp_path, monkeypatch):
+    """A large budget still factors panels of at most PANEL_BYTES (many of them here), with
+    NumPy's Q and R."""
+    from oocarr.ops import tsqr
+
+    monkeypatch.setattr(tsqr, "PANEL_BYTES", 40 * 6 * 4)  # panels of 40 rows
+    a = tall(1000, 6)
+    x = stored(a, tmp_path)
+    with oocarr.memory_budget("256MB"), oocarr.io_stats() as stats:
+        q, r = qr(x)
+        q, r = np.asarray(q), np.asarray(r)
+    (site,) = (v for k, v in stats.by_site.items() if k.startswith("tsqr_q"))
+    assert site.tiles >= 2 * 25  # 25 panels written twice
+    q_np, r_np = np.linalg.qr(a.astype(np.float64))
+    signs = row_signs(r_np)
+    np.testing.assert_allclose(r, r_np * signs, atol=1e-4)
+    np.testing.assert_allclose(q, q_np * signs.T, atol=1e-4)
+
+
 def test_direct_q_writes_q_twice_and_reads_x_twice(tmp_path):
     a = tall(600, 4)
     x = stored(a, tmp_path)

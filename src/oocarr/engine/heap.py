@@ -19,8 +19,8 @@ between tiles: the tiles allocated until the next check must still fit (a
 trigger at the whole budget let an eager chain of three elementwise ops peak
 at 1.2x its budget, half keeps it near 0.9x).  Below that nothing is trimmed,
 so a stream that keeps reusing the same freed chunks pays nothing for this.  Above it,
-the heap is trimmed again only once the process has grown 1/32 of the budget
-past where the last trim left it: an op that legitimately holds more than half its
+the heap is trimmed again only once the process has grown a megabyte past
+where the last trim left it: an op that legitimately holds more than half its
 budget (a blocked factorization) would otherwise trim before every block function for
 nothing (an 8192² solve under 64 MiB: 1,293 trims, 1.4 s of 9.6).
 Elsewhere than glibc, these are no-ops.
@@ -42,7 +42,8 @@ __all__ = ["trim", "resident_bytes", "watching", "release_if_over"]
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 #: ``(pid, descriptor of /proc/self/statm)``, opened on first use in each process.
 _statm: tuple[int, int] | None = None
-#: Growth under this much left behind by a finished piece of work is not worth a trim.
+#: Growth under this much (left behind by a finished piece of work, or since the last trim)
+#: is not worth a trim.
 _SLACK = 1 << 20
 
 
@@ -93,9 +94,8 @@ def resident_bytes() -> int | None:
 
 _lock = threading.Lock()
 _ids = itertools.count()
-#: The resident size each running piece of work may reach, and the growth past the last
-#: trim that is worth another, by id.
-_limits: dict[int, tuple[int, int]] = {}
+#: The resident size each running piece of work may reach, by id.
+_limits: dict[int, int] = {}
 #: The resident size the last trim left.
 _settled = 0
 
@@ -121,7 +121,7 @@ def watching(allowance: int) -> Iterator[None]:
     key = next(_ids)
     with _lock:
         _settled = min(_settled, base)
-        _limits[key] = (base + allowance // 2, max(_SLACK, allowance // 32))
+        _limits[key] = base + allowance // 2
     try:
         yield
     finally:
@@ -147,9 +147,9 @@ def release_if_over() -> bool:
     if not _limits:
         return False
     with _lock:
-        limit, step = min(_limits.values(), default=(None, 0))
+        limit = min(_limits.values(), default=None)
     now = resident_bytes()
-    if limit is None or now is None or now <= max(limit, _settled + step):
+    if limit is None or now is None or now <= max(limit, _settled + _SLACK):
         return False
     released = trim()
     _settled = resident_bytes() or 0

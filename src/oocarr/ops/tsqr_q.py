@@ -39,7 +39,7 @@ import numpy as np
 
 from oocarr.engine.op import CustomOp, Region, Run
 from oocarr.errors import InvalidArgumentError, NotSupportedError
-from oocarr.ops.tsqr import real_float_dtype
+from oocarr.ops.tsqr import panel_rows, real_float_dtype
 
 __all__ = ["TSQRQ"]
 
@@ -108,13 +108,20 @@ class TSQRQ(CustomOp):
         # at least 2n rows (min_tile_elems makes the engine refuse a budget without room for
         # them): each level of the tree then has fewer rows than the one below
         least = min(self.output_shape[0], 2 * n)
-        rows = max(least, run.tile_shape((self.output_shape[0] * n,))[0] // max(1, n))
-        rows = min(rows, m)
+        itemsize = real_float_dtype(run.inputs[0].dtype).itemsize
+        rows = min(panel_rows(self._room(run), n, itemsize, least), m)
         regions = [(slice(a, min(a + rows, m)), slice(0, n)) for a in range(0, m, rows)]
         return regions, (rows, n)
 
+    def _room(self, run: Run) -> int:
+        """Rows of one tile-sized buffer: the room the op keeps for the panels' factors, and
+        the most rows a panel may have (panels are capped at :data:`PANEL_BYTES`)."""
+        m, n = self.output_shape
+        return run.tile_shape((m * n,))[0] // max(1, n)
+
     def _factors_fit(self, panels: int, rows: int) -> bool:
-        """Whether the panels' n × n factors fit the room the op keeps for them (one panel's)."""
+        """Whether the panels' n × n factors fit the room the op keeps for them (one
+        buffer's, ``rows`` of n columns)."""
         return panels <= 1 or FACTORS_PER_PANEL * panels * self.output_shape[1] <= rows
 
     # -- block math (compiled once per op) ----------------------------------
@@ -180,7 +187,7 @@ class TSQRQ(CustomOp):
             write(region, run.crop(out, region))
             return
         p = len(regions)
-        fits = self._factors_fit(p, tile[0])
+        fits = self._factors_fit(p, self._room(run))
         rows_of = [(slice(i * n, (i + 1) * n), slice(0, n)) for i in range(p)]
         panel_qr = run.jit(self._panel_qr)
         with contextlib.ExitStack() as scratch:

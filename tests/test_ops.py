@@ -532,8 +532,9 @@ def test_bfloat16_values_and_gradients_on_the_default_scratch():
 
 @pytest.mark.parametrize("dtype", ["f4", "c8", "f2", "i4"])
 def test_matmul_folded_on_the_host_and_by_xla_matches_numpy(dtype, tmp_path):
-    """Many k-panels and edge tiles: float32 and complex64 fold with the host BLAS in place,
-    float16 and int32 with XLA; every result is NumPy's product within rounding."""
+    """Many k-panels and edge tiles: float32 and complex64 fold in place strip by strip
+    (``host_block``), float16 and int32 with XLA's block functions; every result is NumPy's
+    product within rounding."""
     from oocarr.engine import OOCAlgorithm, Operand
     from oocarr.ops.matmul import Matmul
 

@@ -4,6 +4,7 @@ products over k."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterator
 from typing import Any
@@ -12,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from oocarr.engine.compile import BlockFunction
 from oocarr.engine.op import INPUT_TILES, BlockParallelOp, HostBlock, Plan, Region
 from oocarr.errors import ShapeMismatchError
 
@@ -63,33 +65,36 @@ class Matmul(BlockParallelOp):
         ``3 tm tn``, and the panels of ``a`` and ``b``, ``INPUT_TILES + 1`` each
         (the one in use, the next one read ahead, the previous one until XLA
         lets go of it), ``3 tk (tm + tn)``: square tiles with ``tk = side / 16``
-        spend it as ``3.375 side²``.  Folded by the host BLAS (``host``), the
-        product is added in place (GEMM with ``beta = 1``) and no panel is held
-        after its step: ``2 tm tn + 2 tk (tm + tn)``, ``2.25 side²``.  A short
-        side (a vector, a tall-skinny product) leaves room to lengthen the
-        other.  What is left after the tile goes to ``tk``: the GEMM runs at
-        148 GFLOP/s with ``tk = 256`` and 235 with ``tk = 1024`` on a 4096² tile
-        (OpenBLAS, 2 cores).  Sides are balanced so that no edge tile is mostly
+        spend it as ``3.375 side²``.  Folded in place strip by strip (``host``:
+        :meth:`host_block`), the accumulator is donated, the product is one
+        strip of it and no panel is held after its step: ``(2 + 1/STRIPS) tm tn
+        + 2 tk (tm + tn)``.  A short side (a vector, a tall-skinny product)
+        leaves room to lengthen the other.  What is left after the tile goes to
+        ``tk``: the fold of a 4096² tile runs at 324 GFLOP/s with ``tk = 512``
+        and 358 with ``tk = 1024`` (2 cores).  Sides are balanced so that no edge tile is mostly
         padding.
         """
         total = max(1, budget_elems)
-        tiles, panels = (2, 2) if host else (3, INPUT_TILES + 1)
+        # tiles held, in STRIPS-ths of a tile (folded in strips: the accumulator, the finished
+        # tile and one strip of product), and panels of each side
+        tiles, panels = (2 * STRIPS + 1, 2) if host else (3 * STRIPS, INPUT_TILES + 1)
         m = 1 if self.a_vec else max(self.m, 1)
         n = 1 if self.b_vec else max(self.n, 1)
         k = max(self.k, 1)
-        # tiles * side² + 2 * panels * side * side / 16 = total
-        side = max(1, math.isqrt(total * 8 // (8 * tiles + panels)))
+        # tiles / STRIPS * side² + 2 * panels * side * side / 16 = total
+        side = max(1, math.isqrt(total * 8 * STRIPS // (8 * tiles + panels * STRIPS)))
         tm, tn = min(m, side), min(n, side)
         # Lengthening the long side only saves re-reads of the short operand, a fraction
         # short / long of the long one's bytes: beyond SHORT_SIDE_RATIO times, not worth memory.
+        per_row = -(-tiles // STRIPS)  # whole tiles, rounded up, for the long side's rows
         if tn < side and tn <= tm:
             longest = max(side, SHORT_SIDE_RATIO * tn)
-            tm = min(m, longest, max(tm, (total - panels * k * tn) // (tiles * tn + panels * k)))
+            tm = min(m, longest, max(tm, (total - panels * k * tn) // (per_row * tn + panels * k)))
         elif tm < side:
             longest = max(side, SHORT_SIDE_RATIO * tm)
-            tn = min(n, longest, max(tn, (total - panels * k * tm) // (tiles * tm + panels * k)))
+            tn = min(n, longest, max(tn, (total - panels * k * tm) // (per_row * tm + panels * k)))
         tm, tn = _balanced(m, tm), _balanced(n, tn)
-        room = (total - tiles * tm * tn) // (panels * (tm + tn))
+        room = (total - tiles * tm * tn // STRIPS) // (panels * (tm + tn))
         if host:  # several steps a tile, so that reading the next panels overlaps a GEMM
             room = min(room, HOST_PANEL)
         tk = _balanced(k, min(k, max(1, room)))
@@ -108,6 +113,7 @@ class Matmul(BlockParallelOp):
         if host:
             return [
                 ("accumulator and finished tile", 2, math.prod(out_tile)),
+                ("a strip of a step's product", 1, -(-math.prod(out_tile) // STRIPS)),
                 ("a panels (in use, read ahead)", 2, math.prod(in_blocks[0])),
                 ("b panels (in use, read ahead)", 2, math.prod(in_blocks[1])),
             ]
@@ -119,42 +125,32 @@ class Matmul(BlockParallelOp):
         ]
 
     def host_block(self, dtypes) -> HostBlock | None:
-        """The host BLAS's GEMM for a product of two matrices of one float or complex dtype:
-        each k-panel's product added into the accumulator in place (``beta = 1``), which
-        XLA's ``acc + a @ b`` cannot do without a product-sized buffer and a second pass over
-        the tile.  A 4096² tile with 256-wide panels: XLA 93 GFLOP/s, NumPy's ``matmul`` then
-        an add 121, SciPy's ``gemm`` with ``beta = 1`` 171 (NumPy alone, in memory: 188).
+        """A product of two matrices of one float or complex dtype folded in place: each
+        k-panel's product added into the accumulator by one compiled function that donates
+        it, row strip by row strip (:func:`_fold_strips`), so XLA's product buffer is a strip,
+        not a tile.  A 4096² tile: 1024-wide panels at 358 GFLOP/s, where SciPy's GEMM with
+        ``beta = 1`` ran at 187 and XLA's ``acc + a @ b`` on the whole tile at 253 (with a
+        product-sized temporary); 512-wide: 324, 153 and 223 (2-core VM).
 
         Examples
         --------
         >>> import numpy as np
         >>> host = Matmul((2, 3), (3, 2)).host_block([np.dtype("f4")] * 2)
         >>> a, b = np.ones((2, 3), "f4"), np.ones((3, 2), "f4")
-        >>> host.fold(host.forward(a, b), a, b).tolist()
+        >>> np.asarray(host.fold(host.forward(a, b), a, b)).tolist()
         [[6.0, 6.0], [6.0, 6.0]]
         """
         a, b = (np.dtype(d) for d in dtypes)
-        if self.a_vec or self.b_vec or self.batch or a != b or a.char not in _GEMM:
+        if self.a_vec or self.b_vec or self.batch or a != b or a.char not in "fdFD":
             return None
         if jax.dtypes.canonicalize_dtype(a) != a:
             return None  # JAX computes it narrowed (float64 without x64)
-        from scipy.linalg import blas
+        product, fold, add = _host_functions()
 
-        gemm = getattr(blas, _GEMM[a.char])
+        def combine(acc: Any, part: Any) -> Any:
+            return add(acc, part)
 
-        # C-ordered a (m×k), b (k×n) and c are F-ordered aᵀ, bᵀ, cᵀ: cᵀ = bᵀ aᵀ in BLAS terms,
-        # so no operand is copied to Fortran order.
-        def forward(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-            return np.ascontiguousarray(gemm(1.0, b.T, a.T).T)
-
-        def fold(acc: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-            out = gemm(1.0, b.T, a.T, beta=1.0, c=acc.T, overwrite_c=True)
-            return out.T if np.shares_memory(out, acc) else np.ascontiguousarray(out.T)
-
-        def combine(acc: np.ndarray, part: np.ndarray) -> np.ndarray:
-            return np.add(acc, part, out=acc)
-
-        return HostBlock(forward, combine, fold)
+        return HostBlock(product, combine, fold)
 
     def host_backward(self, dtypes, wanted) -> Any:
         """``g @ bᵀ`` and ``aᵀ @ g`` with NumPy's BLAS, for the products :meth:`host_block`
@@ -208,8 +204,45 @@ class Matmul(BlockParallelOp):
 #: 0.83 s, four 1024-wide steps 0.75 s).
 HOST_PANEL = 1024
 
-#: SciPy's GEMM by dtype character.
-_GEMM = {"f": "sgemm", "d": "dgemm", "F": "cgemm", "D": "zgemm"}
+#: Row strips an accumulator tile is folded in (:func:`_fold_strips`): XLA's product buffer
+#: is an eighth of the tile.  4096² tiles, 1024-wide panels: 326 GFLOP/s in 4 strips, 358 in
+#: 8, 215-322 in 16.
+STRIPS = 8
+
+
+def _fold_strips(acc: jax.Array, a: jax.Array, b: jax.Array) -> jax.Array:
+    """``acc + a @ b``, one row strip of ``acc`` at a time (``acc`` donated: in place)."""
+    rows = acc.shape[0] // STRIPS
+
+    def strip(i: Any, acc: jax.Array) -> jax.Array:
+        top = i * rows
+        part = jax.lax.dynamic_slice_in_dim(a, top, rows, 0) @ b
+        here = jax.lax.dynamic_slice_in_dim(acc, top, rows, 0)
+        return jax.lax.dynamic_update_slice_in_dim(acc, here + part.astype(acc.dtype), top, 0)
+
+    if rows:
+        acc = jax.lax.fori_loop(0, STRIPS, strip, acc)
+    rest = acc.shape[0] - rows * STRIPS
+    if rest:  # the rows left over, in one more (smaller) strip
+        part = a[rows * STRIPS :] @ b
+        acc = acc.at[rows * STRIPS :].add(part.astype(acc.dtype))
+    return acc
+
+
+def _add(acc: jax.Array, part: jax.Array) -> jax.Array:
+    return acc + part
+
+
+@functools.cache
+def _host_functions() -> tuple[BlockFunction, BlockFunction, BlockFunction]:
+    """The compiled product, strip fold (accumulator donated) and sum of
+    :meth:`Matmul.host_block`, made once per process."""
+    return (
+        BlockFunction(jnp.matmul),
+        BlockFunction(_fold_strips, donate_argnums=(0,)),
+        BlockFunction(_add, donate_argnums=(0,)),
+    )
+
 
 #: How much longer than a short side (a vector, a narrow matrix) the other side of an output
 #: tile grows, budget permitting.

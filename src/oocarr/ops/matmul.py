@@ -67,7 +67,7 @@ class Matmul(BlockParallelOp):
         lets go of it), ``3 tk (tm + tn)``: square tiles with ``tk = side / 16``
         spend it as ``3.375 side²``.  Folded in place strip by strip (``host``:
         :meth:`host_block`), the accumulator is donated, the product is one
-        strip of it and no panel is held after its step: ``(2 + 1/STRIPS) tm tn
+        strip of it and no panel is held after its step: ``(2 + 3/STRIPS) tm tn
         + 2 tk (tm + tn)``.  A short side (a vector, a tall-skinny product)
         leaves room to lengthen the other.  What is left after the tile goes to
         ``tk``: the fold of a 4096² tile runs at 324 GFLOP/s with ``tk = 512``
@@ -76,8 +76,10 @@ class Matmul(BlockParallelOp):
         """
         total = max(1, budget_elems)
         # tiles held, in STRIPS-ths of a tile (folded in strips: the accumulator, the finished
-        # tile and one strip of product), and panels of each side
-        tiles, panels = (2 * STRIPS + 1, 2) if host else (3 * STRIPS, INPUT_TILES + 1)
+        # tile and three strips: the product, the accumulator's strip it is added to, their
+        # sum; with one strip counted, 8192² under 1 GB peaked at 964 of 954 MiB), and panels
+        # of each side
+        tiles, panels = (2 * STRIPS + 3, 2) if host else (3 * STRIPS, INPUT_TILES + 1)
         m = 1 if self.a_vec else max(self.m, 1)
         n = 1 if self.b_vec else max(self.n, 1)
         k = max(self.k, 1)
@@ -113,7 +115,11 @@ class Matmul(BlockParallelOp):
         if host:
             return [
                 ("accumulator and finished tile", 2, math.prod(out_tile)),
-                ("a strip of a step's product", 1, -(-math.prod(out_tile) // STRIPS)),
+                (
+                    "a step's product strip, its sum and its strip of the accumulator",
+                    3,
+                    -(-math.prod(out_tile) // STRIPS),
+                ),
                 ("a panels (in use, read ahead)", 2, math.prod(in_blocks[0])),
                 ("b panels (in use, read ahead)", 2, math.prod(in_blocks[1])),
             ]

@@ -137,10 +137,11 @@ class Op:
 
 
 class HostBlock(NamedTuple):
-    """A block-parallel op's forward and combine as NumPy functions (see
-    :meth:`BlockParallelOp.host_block`): ``forward(*blocks)`` gives a partial result as an
-    owned array, ``combine(acc, part)`` folds ``part`` into ``acc`` in place and returns it.
-    Blocks are not padded to the nominal tile shape."""
+    """A block-parallel op's forward and combine as functions of NumPy blocks (see
+    :meth:`BlockParallelOp.host_block`), NumPy's own or compiled ones that donate the
+    accumulator: ``forward(*blocks)`` gives a partial result as an owned array,
+    ``combine(acc, part)`` folds ``part`` into ``acc`` in place and returns it.  Blocks are
+    not padded to the nominal tile shape (a compiled one compiles once per shape)."""
 
     forward: Callable[..., np.ndarray]
     combine: Callable[[np.ndarray, np.ndarray], np.ndarray]

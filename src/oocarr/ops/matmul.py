@@ -152,11 +152,7 @@ class Matmul(BlockParallelOp):
         if jax.dtypes.canonicalize_dtype(a) != a:
             return None  # JAX computes it narrowed (float64 without x64)
         product, fold, add = _host_functions()
-
-        def combine(acc: Any, part: Any) -> Any:
-            return add(acc, part)
-
-        return HostBlock(product, combine, fold)
+        return HostBlock(product, add, fold)
 
     def host_backward(self, dtypes, wanted) -> Any:
         """``g @ bᵀ`` and ``aᵀ @ g`` with NumPy's BLAS, for the products :meth:`host_block`

@@ -109,9 +109,12 @@ def backward_function(op: BlockParallelOp, wanted: tuple[bool, ...]) -> BlockFun
     return fn
 
 
-def cached(key: tuple, fn: Callable[..., Any]) -> BlockFunction:
-    """The :class:`BlockFunction` of ``fn`` cached under ``key`` (made on first use)."""
+def cached(
+    key: tuple, fn: Callable[..., Any], donate_argnums: tuple[int, ...] = ()
+) -> BlockFunction:
+    """The :class:`BlockFunction` of ``fn`` cached under ``key`` (made on first use), donating
+    the arguments ``donate_argnums``."""
     jitted = _JITTED.get(key)
     if jitted is None:
-        jitted = _JITTED[key] = BlockFunction(fn)
+        jitted = _JITTED[key] = BlockFunction(fn, donate_argnums=donate_argnums)
     return jitted

@@ -13,10 +13,12 @@ from typing import Any
 
 import numpy as np
 
+from oocarr.store.buffers import aligned_empty
 from oocarr.store.locator import Locator
 
 from . import device
 from .compile import cached
+from .heap import trim
 from .io import TASK_BUFFERS, Operand, prefetched
 from .op import CustomOp, Region
 from .stats import IOCounts
@@ -116,6 +118,16 @@ class RunTools:
     def put(value: Any) -> Any:
         """``value`` on the engine's device, where the functions of :meth:`jit` compute."""
         return device.put(value)
+
+    @staticmethod
+    def empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        """An uninitialised array of its own mapping from 1 MiB (:func:`aligned_empty`)."""
+        return aligned_empty(tuple(shape), dtype)
+
+    @staticmethod
+    def release() -> None:
+        """The heap's freed memory handed back to the system (``malloc_trim``)."""
+        trim()
 
     @staticmethod
     def pad(block: np.ndarray, shape: tuple[int, ...], value: float = 0.0) -> np.ndarray:

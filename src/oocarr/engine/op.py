@@ -137,17 +137,20 @@ class Op:
 
 
 class HostBlock(NamedTuple):
-    """A block-parallel op's forward and combine as functions of NumPy blocks (see
-    :meth:`BlockParallelOp.host_block`), NumPy's own or compiled ones that donate the
-    accumulator: ``forward(*blocks)`` gives a partial result as an owned array,
-    ``combine(acc, part)`` folds ``part`` into ``acc`` in place and returns it.  Blocks are
-    not padded to the nominal tile shape (a compiled one compiles once per shape)."""
+    """A block-parallel op's forward and combine as functions of whole blocks (see
+    :meth:`BlockParallelOp.host_block`): ``forward(*blocks)`` gives a partial result as an
+    owned array, ``combine(acc, part)`` folds ``part`` into ``acc`` in place and returns it.
+    Blocks are not padded to the nominal tile shape."""
 
     forward: Callable[..., np.ndarray]
     combine: Callable[[np.ndarray, np.ndarray], np.ndarray]
     #: ``fold(acc, *blocks)``: ``acc`` with one more step's blocks folded in, in place and
     #: returned (``None``: ``combine(acc, forward(*blocks))``, which holds a partial beside it).
     fold: Callable[..., np.ndarray] | None = None
+    #: The three are JAX functions that the engine compiles for its device (once per block
+    #: shape), donating the accumulator of ``fold`` and ``combine`` so XLA updates it in
+    #: place; else they are NumPy's and run as they are.
+    compiled: bool = False
 
 
 class BlockParallelOp(Op):
@@ -370,6 +373,15 @@ class Run(Protocol):
     def written(self, region: Region) -> np.ndarray:
         """In :meth:`CustomOp.forward`, a region of the output already written (after the
         write behind finishes), read back."""
+        ...
+
+    def empty(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        """An uninitialised array of its own mapping (from 1 MiB), handed back to the system
+        when it dies: a large block held for a while (a panel) that the heap would keep."""
+        ...
+
+    def release(self) -> None:
+        """Hand the heap's freed memory back to the system now, before a large allocation."""
         ...
 
     def temporary(

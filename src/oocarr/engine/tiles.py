@@ -11,9 +11,17 @@ import jax
 import numpy as np
 
 from .compile import backward_function, block_functions, cached
-from .op import BlockParallelOp, Plan, Region
+from .op import BlockParallelOp, HostBlock, Plan, Region
 
-__all__ = ["Nominal", "StepGradient", "TileFolder", "crop_to", "folds_on_host", "pad"]
+__all__ = [
+    "Nominal",
+    "StepGradient",
+    "TileFolder",
+    "compiled_host",
+    "crop_to",
+    "folds_on_host",
+    "pad",
+]
 
 
 def folds_on_host(op: BlockParallelOp, dtypes: Sequence[np.dtype]) -> bool:
@@ -95,6 +103,19 @@ def crop_to(array: np.ndarray, shape: tuple[int, ...], front: tuple = ()) -> np.
     ]
 
 
+def compiled_host(op: BlockParallelOp, host: HostBlock) -> HostBlock:
+    """``host`` with its functions compiled for the engine's device where it asks for it
+    (``compiled``), the accumulator of ``fold`` and ``combine`` donated; else as it is."""
+    if not host.compiled:
+        return host
+    key = (op.block_key, "host")
+    return HostBlock(
+        cached((*key, "forward"), host.forward),
+        cached((*key, "combine"), host.combine, donate_argnums=(0,)),
+        None if host.fold is None else cached((*key, "fold"), host.fold, donate_argnums=(0,)),
+    )
+
+
 class TileFolder:
     """Folds one output tile's steps into its accumulator with the op's block functions, and
     finishes the tile: the one computation of a tile, whichever executor runs it, so every
@@ -121,6 +142,7 @@ class TileFolder:
         # them alike.
         self._host = op.host_block(list(dtypes)) if plan.host else None
         if self._host is not None:
+            self._host = compiled_host(op, self._host)
             return
         self._forward, self._accumulate = block_functions(op)
         specs = self.nominal.specs(list(dtypes))

@@ -61,10 +61,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from oocarr.engine.heap import trim
 from oocarr.engine.op import CustomOp, Region, Run
 from oocarr.errors import NotSupportedError, ShapeMismatchError
-from oocarr.store.buffers import aligned_empty
 
 __all__ = [
     "Blocks",
@@ -548,7 +546,7 @@ class Factorization:
         whole height, ``plan.columns`` columns at a time; records its pivots."""
         plan = self.plan
         if plan.whole:
-            self._factor_whole(j, panel)
+            self._factor_whole(run, j, panel)
             return
         n, w, b, h = plan.n, plan.width, plan.columns, plan.rows
         start, width = plan.panels()[j]
@@ -580,14 +578,14 @@ class Factorization:
                 updated = math.eliminate(run.pad(panel[rows], (h, w)), multipliers, u)
                 panel[rows] = updated[: len(rows)]
 
-    def _factor_whole(self, j: int, panel: np.ndarray) -> None:
+    def _factor_whole(self, run: Run, j: int, panel: np.ndarray) -> None:
         """Factor panel ``j``'s rows not yet pivoted with one ``getrf``, on a column-major
         copy (LAPACK's layout) made and put back :data:`COPY_ROWS` rows at a time.  For
         8192 × 895 float32: 90 ms, where 149 columns at a time through XLA took 200."""
         start, width = self.plan.panels()[j]
         free = self.rest(start)
-        trim()  # the freed row blocks handed back before the copy takes the second share
-        copy = aligned_empty((width, len(free)), self.dtype).T
+        run.release()  # the freed row blocks handed back before the copy takes the second share
+        copy = run.empty((width, len(free)), self.dtype).T
         for a in range(0, len(free), COPY_ROWS):
             copy[a : a + COPY_ROWS] = panel[free[a : a + COPY_ROWS], :width]
         lu, permutation = lapack_lu(copy)
@@ -624,7 +622,7 @@ def factor(
     fac = Factorization(store, plan, dtype, Blocks(run, plan.rows * w))
     for j, (start, width) in enumerate(plan.panels()):
         cols = slice(start, start + width)
-        panel = aligned_empty((n, w), fac.dtype)
+        panel = run.empty((n, w), fac.dtype)
         panel.fill(0)
         for region, (block,) in run.stream(row_regions(0, n, plan.rows, cols), [matrix]):
             panel[region[0], :width] = block

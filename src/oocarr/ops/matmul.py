@@ -4,7 +4,6 @@ products over k."""
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Iterator
 from typing import Any
@@ -13,7 +12,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from oocarr.engine.compile import BlockFunction
 from oocarr.engine.op import INPUT_TILES, BlockParallelOp, HostBlock, Plan, Region
 from oocarr.errors import ShapeMismatchError
 
@@ -132,27 +130,27 @@ class Matmul(BlockParallelOp):
 
     def host_block(self, dtypes) -> HostBlock | None:
         """A product of two matrices of one float or complex dtype folded in place: each
-        k-panel's product added into the accumulator by one compiled function that donates
-        it, row strip by row strip (:func:`_fold_strips`), so XLA's product buffer is a strip,
-        not a tile.  A 4096² tile: 1024-wide panels at 358 GFLOP/s, where SciPy's GEMM with
-        ``beta = 1`` ran at 187 and XLA's ``acc + a @ b`` on the whole tile at 253 (with a
-        product-sized temporary); 512-wide: 324, 153 and 223 (2-core VM).
+        k-panel's product added into the accumulator by one function the engine compiles
+        donating it (``compiled``), row strip by row strip (:func:`_fold_strips`), so XLA's
+        product buffer is a strip, not a tile.  A 4096² tile: 1024-wide panels at 358
+        GFLOP/s, where SciPy's GEMM with ``beta = 1`` ran at 187 and XLA's ``acc + a @ b`` on
+        the whole tile at 253 (with a product-sized temporary); 512-wide: 324, 153 and 223
+        (2-core VM).
 
         Examples
         --------
         >>> import numpy as np
         >>> host = Matmul((2, 3), (3, 2)).host_block([np.dtype("f4")] * 2)
         >>> a, b = np.ones((2, 3), "f4"), np.ones((3, 2), "f4")
-        >>> np.asarray(host.fold(host.forward(a, b), a, b)).tolist()
-        [[6.0, 6.0], [6.0, 6.0]]
+        >>> host.compiled, np.asarray(host.fold(host.forward(a, b), a, b)).tolist()
+        (True, [[6.0, 6.0], [6.0, 6.0]])
         """
         a, b = (np.dtype(d) for d in dtypes)
         if self.a_vec or self.b_vec or self.batch or a != b or a.char not in "fdFD":
             return None
         if jax.dtypes.canonicalize_dtype(a) != a:
             return None  # JAX computes it narrowed (float64 without x64)
-        product, fold, add = _host_functions()
-        return HostBlock(product, add, fold)
+        return HostBlock(jnp.matmul, _add, _fold_strips, compiled=True)
 
     def host_backward(self, dtypes, wanted) -> Any:
         """``g @ bᵀ`` and ``aᵀ @ g`` with NumPy's BLAS, for the products :meth:`host_block`
@@ -233,17 +231,6 @@ def _fold_strips(acc: jax.Array, a: jax.Array, b: jax.Array) -> jax.Array:
 
 def _add(acc: jax.Array, part: jax.Array) -> jax.Array:
     return acc + part
-
-
-@functools.cache
-def _host_functions() -> tuple[BlockFunction, BlockFunction, BlockFunction]:
-    """The compiled product, strip fold (accumulator donated) and sum of
-    :meth:`Matmul.host_block`, made once per process."""
-    return (
-        BlockFunction(jnp.matmul),
-        BlockFunction(_fold_strips, donate_argnums=(0,)),
-        BlockFunction(_add, donate_argnums=(0,)),
-    )
 
 
 #: How much longer than a short side (a vector, a narrow matrix) the other side of an output

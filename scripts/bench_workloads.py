@@ -302,8 +302,6 @@ def ensure_data(
     dict
         Seconds spent writing each file (empty when everything was reused).
     """
-    import time
-
     os.makedirs(data_dir, exist_ok=True)
     by_path: dict[str, list[Stored]] = {}
     for w in workloads:
@@ -312,34 +310,20 @@ def ensure_data(
             by_path.setdefault(a.path, [])
             if a not in by_path[a.path]:
                 by_path[a.path].append(a)
-    _check_room(
-        data_dir, [a for p, arrays in by_path.items() if not os.path.exists(p) for a in arrays]
-    )
-    seconds = {}
-    for path, arrays in by_path.items():
-        if os.path.exists(path):
-            for a in arrays:
-                if (why := _mismatch(a)) is not None:
-                    raise SystemExit(
-                        f"{a.url} exists but {why}, not {a.spec.shape} chunks {a.spec.chunks}; "
-                        "remove it or choose another --dir"
-                    )
-            continue
-        t0 = time.perf_counter()
-        log(f"writing {path} ({sum(a.spec.nbytes for a in arrays) / 2**30:.2f} GiB)")
-        head, tail = os.path.split(path)
-        partial = os.path.join(head, f".{tail}.partial-{os.getpid()}")
-        if arrays[0].fmt.startswith("hdf5"):
-            _write_hdf5(partial, arrays)
-        elif arrays[0].fmt == "npy":
-            _write_npy(partial, arrays[0])
-        else:
-            _write_zarr(partial, arrays[0])
-        os.rename(partial, path)
-        seconds[os.path.basename(path)] = time.perf_counter() - t0
+    seconds = write_missing(data_dir, by_path, _write_file, log)
     if seconds:
         os.sync()  # so that the first cold run does not flush what was just written
     return seconds
+
+
+def _write_file(path: str, arrays: list[Stored]) -> None:
+    """Write ``arrays`` (all of one file) at ``path`` in their format."""
+    if arrays[0].fmt.startswith("hdf5"):
+        _write_hdf5(path, arrays)
+    elif arrays[0].fmt == "npy":
+        _write_npy(path, arrays[0])
+    else:
+        _write_zarr(path, arrays[0])
 
 
 def write_missing(
@@ -361,7 +345,10 @@ def write_missing(
         if os.path.exists(path):
             for a in arrays:
                 if (why := _mismatch(a)) is not None:
-                    raise SystemExit(f"{a.url} exists but {why}; remove it or choose another --dir")
+                    raise SystemExit(
+                        f"{a.url} exists but {why}, not {a.spec.shape} chunks {a.spec.chunks}; "
+                        "remove it or choose another --dir"
+                    )
             continue
         t0 = time.perf_counter()
         log(f"writing {path} ({sum(a.spec.nbytes for a in arrays) / 2**30:.2f} GiB)")

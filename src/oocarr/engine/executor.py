@@ -1,6 +1,6 @@
 """Where a plan's tasks run: in this process (the default) or on a Dask distributed cluster.
 
-A plan (:mod:`oocarr.engine.tasks`, :mod:`oocarr.train.row_tasks`) is a list of
+A plan (:mod:`oocarr.engine.tasks`, :mod:`oocarr.jaxlayer.row_tasks`) is a list of
 picklable tasks and a fixed combine order.  Without an executor the engine's
 own loops run it here, reading ahead and writing behind.  Inside
 ``with executor(client):`` (or after ``set_executor(client)``) the streamers

@@ -15,42 +15,20 @@ so XLA runs the callback after whatever wrote them.
 
 from __future__ import annotations
 
-import collections
-import math
-import threading
-import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax._src import core as jax_core
-from jax._src.interpreters import ad as jax_ad
-from jax.experimental.hijax import ShapedArray, VJPHiPrimitive, Zero
+from jax.experimental.hijax import ShapedArray
 
-from oocarr.engine import device
-from oocarr.engine.budget import memory_budget_bytes
-from oocarr.engine.compile import BlockFunction
-from oocarr.engine.executor import DaskExecutor, current_executor
-from oocarr.engine.io import Operand, prefetched
-from oocarr.engine.plan import (
-    STREAM_SUM_TILE_BYTES,
-    STREAM_SUM_TILES,
-    Buffers,
-    Projection,
-    least_read_buffers,
-    require,
-    tile_budget,
-)
-from oocarr.engine.stats import IOCounts, call_site, record
+from oocarr.engine.plan import STREAM_SUM_TILES
+from oocarr.engine.stats import call_site
 from oocarr.errors import InvalidArgumentError, ShapeMismatchError
-from oocarr.jaxlayer.callbacks import call, open_store, result_struct
-from oocarr.jaxlayer.disk_array import DiskArray, is_disk
-from oocarr.store.locator import Locator
-
-from .row_tasks import RowPlan, RowTask, Sums, tile_partial
+from oocarr.jaxlayer.disk_array import is_disk
+from oocarr.jaxlayer.row_sums import Kernel, Source, Spec, StreamSum, row_plan, source
+from oocarr.jaxlayer.row_tasks import RowPlan
 
 __all__ = ["stream_sum", "RESIDENT_TILES"]
 
@@ -62,389 +40,10 @@ RESIDENT_TILES = STREAM_SUM_TILES
 # ----------------------------------------------------------------------------
 # What one call streams
 # ----------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _Source:
-    """One row-aligned array of a call.
-
-    ``locator`` is set for a stored array (``None``: in memory);
-    ``dynamic`` says whether it is an argument of the primitive (an
-    in-memory value, or the marker of a traced ``DiskArray``) rather than a
-    constant the callback reopens by locator.
-    """
-
-    aval: Any
-    locator: Locator | None
-    dynamic: bool
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(self.aval.shape)
-
-    @property
-    def row_bytes(self) -> int:
-        return math.prod(self.shape[1:]) * np.dtype(self.aval.dtype).itemsize
-
-
-@dataclass(frozen=True)
-class _Spec:
-    """Everything static about one call (hashable: it is the primitives' parameter)."""
-
-    kernel: _Kernel
-    treedef: Any
-    leaf_avals: tuple[Any, ...]
-    sources: tuple[_Source, ...]
-    weighted: bool
-    per_row: bool
-    out_dtype: np.dtype
-    mean: bool
-    tile_rows: int | None
-
-    @property
-    def rows(self) -> int:
-        return self.sources[0].shape[0]
-
-    @property
-    def dynamic_avals(self) -> tuple[Any, ...]:
-        return tuple(s.aval for s in self.sources if s.dynamic)
-
-
-def _source(x: Any) -> tuple[_Source, Any]:
-    """The description of one array argument, and its primitive argument (or ``None``)."""
-    if isinstance(x, DiskArray) and not isinstance(x._marker, jax_core.Tracer):
-        if x._marker is not None:
-            jax.block_until_ready(x._marker)  # the eager call that wrote it has finished
-        return _Source(x.aval, x.locator, False), None
-    if is_disk(x):
-        aval = jax.typeof(x)
-        return _Source(aval, aval.locator, True), x
-    value = x if isinstance(x, jax_core.Tracer | jax.Array) else jnp.asarray(x)
-    return _Source(jax.typeof(value), None, True), value
-
-
-# ----------------------------------------------------------------------------
-# The per-tile functions
-# ----------------------------------------------------------------------------
-_PROCESS_KERNELS: collections.OrderedDict[str, dict] = collections.OrderedDict()
-_PROCESS_KERNELS_KEPT = 32
-_process_kernels_lock = threading.Lock()
-
-
-def _compiled_in_process(token: str) -> dict[tuple, Callable[..., Any]]:
-    """The compilations this process keeps for the kernel ``token`` (the last few kernels)."""
-    with _process_kernels_lock:
-        compiled = _PROCESS_KERNELS.pop(token, None)
-        if compiled is None:
-            compiled = {}
-        _PROCESS_KERNELS[token] = compiled
-        while len(_PROCESS_KERNELS) > _PROCESS_KERNELS_KEPT:
-            _PROCESS_KERNELS.popitem(last=False)
-        return compiled
-
-
-class _Kernel:
-    """The compiled per-tile functions of one ``fn``: the tile's value, or its value and its
-    gradient with respect to the differentiable parameter leaves.
-
-    With per-row losses every tile is padded to the first tile's rows (edge rows repeated, so
-    ``fn`` stays finite on them) and masked by a zero weight, so one compilation serves all
-    tiles; a scalar ``fn`` cannot be masked, so a shorter last tile compiles once more.
-    """
-
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        self.fn = fn
-        self.token = uuid.uuid4().hex
-        self._compiled: dict[tuple, Callable[..., Any]] = {}
-
-    def __getstate__(self) -> dict[str, Any]:
-        # compiled executables do not travel: a process compiles its own, once per kernel
-        return {"fn": self.fn, "token": self.token}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.fn = state["fn"]
-        self.token = state["token"]
-        # every task of every call of this kernel that a worker process runs shares its
-        # compilations (a task used to compile again: 0.2 s a row task on a warm worker)
-        self._compiled = _compiled_in_process(self.token)
-
-    def __call__(self, per_row: bool, treedef: Any, wanted: tuple[bool, ...] | None) -> Any:
-        key = (per_row, treedef, wanted)
-        compiled = self._compiled.get(key)
-        if compiled is None:
-            compiled = self._compiled[key] = BlockFunction(self._build(per_row, treedef, wanted))
-        return compiled
-
-    def _build(self, per_row: bool, treedef: Any, wanted: tuple[bool, ...] | None) -> Any:
-        fn = self.fn
-
-        def tile_value(leaves: Sequence[Any], *rest: Any) -> Any:
-            params = jax.tree.unflatten(treedef, leaves)
-            if not per_row:
-                return fn(params, *rest)
-            w, *tiles = rest
-            per = fn(params, *tiles)
-            return jnp.sum(jnp.where(w != 0, per * w.astype(per.dtype), 0))
-
-        if wanted is None:
-            return tile_value
-
-        def value_and_grad(leaves: Sequence[Any], *rest: Any) -> Any:
-            def of(diff: list[Any]) -> Any:
-                it = iter(diff)
-                return tile_value([next(it) if w else x for x, w in zip(leaves, wanted)], *rest)
-
-            return jax.value_and_grad(of)([x for x, w in zip(leaves, wanted) if w])
-
-        return value_and_grad
-
-
-# ----------------------------------------------------------------------------
-# The streaming loop (runs in the callback, or directly when nothing is traced)
-# ----------------------------------------------------------------------------
-def _tile_rows(spec: _Spec, operands: Sequence[Operand]) -> int:
-    """Rows per tile: :data:`~oocarr.engine.plan.STREAM_SUM_TILES` row tiles of every array
-    (and the weight or mask column) and the drivers' read buffers within the budget, in whole
-    storage chunks where one fits, at most ``tile_rows``."""
-    row_bytes = _row_bytes(spec)
-    budget = memory_budget_bytes()
-    smallest = _projection(row_bytes, 1)
-    require(smallest.plus(least_read_buffers(o.value for o in operands if o.stored)), budget)
-    rows = _rows_within(spec, operands, tile_budget(budget, least=smallest.nbytes), row_bytes)
-    overhead = _read_overhead(operands, rows)
-    if overhead:
-        usable = tile_budget(budget, least=smallest.nbytes, overhead=overhead)
-        rows = _rows_within(spec, operands, usable, row_bytes)
-    return rows
-
-
-def _rows_within(spec: _Spec, operands: Sequence[Operand], usable: int, row_bytes: int) -> int:
-    rows = min(usable // STREAM_SUM_TILES, STREAM_SUM_TILE_BYTES) // row_bytes
-    chunk = next(
-        (o.value.chunks[0] for o in operands if o.stored and o.value.chunks is not None), None
-    )
-    if chunk is not None and chunk <= rows:
-        rows -= rows % chunk
-    if spec.tile_rows is not None:
-        rows = min(rows, spec.tile_rows)
-    return max(1, min(rows, spec.rows))
-
-
-def _row_bytes(spec: _Spec) -> int:
-    return sum(s.row_bytes for s in spec.sources) + np.dtype(spec.out_dtype).itemsize
-
-
-def _read_overhead(operands: Sequence[Operand], rows: int) -> int:
-    """Bytes the drivers' reads of one row tile hold besides the tile."""
-    return sum(o.value.read_overhead((rows, *o.shape[1:])) for o in operands if o.stored)
-
-
-def _projection(row_bytes: int, rows: int, overhead: int = 0) -> Projection:
-    what = "row tiles (computed, read ahead, JAX's copy, fn's intermediates)"
-    return Projection(
-        "stream_sum",
-        (
-            Buffers(what, STREAM_SUM_TILES, rows * row_bytes),
-            Buffers("drivers' read buffers (encoded and decoding chunks)", 1, overhead),
-        ),
-    )
-
-
-def _stream(
-    spec: _Spec, site: str, wanted: tuple[bool, ...] | None, values: Sequence[Any]
-) -> tuple[np.ndarray, ...]:
-    """The (mean or weighted) sum over all row tiles, and the gradients of the ``wanted``
-    leaves when ``wanted`` is given."""
-    k = len(spec.leaf_avals)
-    leaves, dynamic = values[:k], iter(values[k:])
-    counts = IOCounts(calls=1)
-    cluster = current_executor()
-    if cluster is not None:
-        try:
-            return _stream_on(cluster, spec, site, wanted, values, counts)
-        finally:
-            record(site, counts)
-    stores, operands = [], []
-    try:
-        for src in spec.sources:
-            value = next(dynamic) if src.dynamic else None
-            if src.locator is None:
-                operands.append(Operand(np.asarray(value)))
-            else:
-                stores.append(open_store(src.locator))
-                # each row tile is read once: into a reused buffer rather than mapped
-                operands.append(Operand(stores[-1], counts, views=False))
-        # put on the engine's device once, not once per tile
-        return _loop(spec, wanted, [device.put(x) for x in leaves], operands, counts)
-    finally:
-        record(site, counts)
-        for store in stores:
-            store.close()
-
-
-def _stream_on(
-    cluster: DaskExecutor,
-    spec: _Spec,
-    site: str,
-    wanted: tuple[bool, ...] | None,
-    values: Sequence[Any],
-    counts: IOCounts,
-) -> tuple[np.ndarray, ...]:
-    """:func:`_stream` as row tasks on ``cluster``, their partials folded here in row order
-    (the same bits as the local loop)."""
-    plan = _row_plan(spec, wanted, values)
-    counts.project(plan.projected)
-    if plan.tasks:
-        cluster.check_reachable(plan.tasks[0].inputs, site)
-    cluster.check_fits(plan.projected, site)
-    partials = cluster.map(plan.tasks, counts, site)
-    counts.tiles += len(plan.tasks)
-    return plan.combine(partials)
-
-
-def _loop(
-    spec: _Spec,
-    wanted: tuple[bool, ...] | None,
-    leaves: list[jax.Array],
-    operands: list[Operand],
-    counts: IOCounts,
-) -> tuple[np.ndarray, ...]:
-    n = spec.rows
-    tile = _tile_rows(spec, operands)
-    counts.project(_projection(_row_bytes(spec), tile, _read_overhead(operands, tile)).nbytes)
-    sums = Sums(spec, wanted)
-
-    def read(start: int) -> list[np.ndarray]:
-        stop = min(start + tile, n)
-        return [o.read((slice(start, stop), *(slice(0, d) for d in o.shape[1:]))) for o in operands]
-
-    for _, blocks in prefetched(range(0, n, tile), read):
-        sums.add(tile_partial(spec, wanted, leaves, blocks, tile))
-        counts.tiles += 1
-        del blocks
-    return sums.results()
-
-
-def _row_plan(spec: _Spec, wanted: tuple[bool, ...] | None, values: Sequence[Any]) -> RowPlan:
-    """The call as row tasks, tiled as :func:`_stream` tiles it (see :mod:`.row_tasks`)."""
-    k = len(spec.leaf_avals)
-    leaves, dynamic = tuple(np.asarray(x) for x in values[:k]), iter(values[k:])
-    stores, inputs, operands = [], [], []
-    try:
-        for src in spec.sources:
-            value = next(dynamic) if src.dynamic else None
-            if src.locator is None:
-                inputs.append(np.asarray(value))
-                operands.append(Operand(inputs[-1]))
-            else:
-                stores.append(open_store(src.locator))
-                inputs.append(src.locator)
-                operands.append(Operand(stores[-1]))
-        tile = _tile_rows(spec, operands)
-        projected = _projection(_row_bytes(spec), tile, _read_overhead(operands, tile)).nbytes
-    finally:
-        for store in stores:
-            store.close()
-    tasks = []
-    for start in range(0, spec.rows, tile):
-        stop = min(start + tile, spec.rows)
-        rows = tuple(i if isinstance(i, Locator) else i[start:stop] for i in inputs)
-        tasks.append(RowTask(spec, wanted, leaves, rows, start, stop, tile))
-    return RowPlan(tuple(tasks), spec, wanted, projected)
-
-
-# ----------------------------------------------------------------------------
-# The primitives
-# ----------------------------------------------------------------------------
-def _expand(
-    spec: _Spec, site: str, wanted: tuple[bool, ...] | None, out_avals: Sequence[Any], args: Any
-) -> tuple[Any, ...]:
-    def run(*values: Any) -> tuple[np.ndarray, ...]:
-        return _stream(spec, site, wanted, values)
-
-    return tuple(call(run, tuple(result_struct(a) for a in out_avals), *args))
-
-
-class _StreamSum(VJPHiPrimitive):
-    """The sum over row tiles; its VJP reads the data once for the value and the gradient."""
-
-    def __init__(self, spec: _Spec, site: str) -> None:
-        self.in_avals = (*spec.leaf_avals, *spec.dynamic_avals)
-        self.out_aval = ShapedArray((), spec.out_dtype)
-        self.params = {"spec": spec}
-        self.site = site
-        super().__init__()
-
-    def expand(self, *args: Any) -> Any:
-        return _expand(self.spec, self.site, None, [self.out_aval], args)[0]
-
-    def vjp_fwd(self, nzs_in: Any, *args: Any) -> tuple[Any, Any]:
-        spec = self.spec
-        k = len(spec.leaf_avals)
-        if any(nzs_in[k:]):
-            raise InvalidArgumentError(
-                "stream_sum differentiates with respect to params only; the data arrays are "
-                "constants (wrap them in jax.lax.stop_gradient, or differentiate an oocarr op)"
-            )
-        wanted = tuple(
-            bool(nz) and jnp.issubdtype(a.dtype, jnp.inexact)
-            for nz, a in zip(nzs_in[:k], spec.leaf_avals)
-        )
-        if not any(wanted):
-            return self(*args), None
-        value, *grads = _StreamValueAndGrad(spec, wanted, self.site)(*args)
-        it = iter(grads)
-        return value, [next(it) if w else None for w in wanted]
-
-    def jvp(self, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, Any]:
-        spec = self.spec
-        k = len(spec.leaf_avals)
-        nzs = [not isinstance(t, Zero) for t in tangents]
-        value, res = self.vjp_fwd(nzs, *primals)
-        out = jnp.zeros((), spec.out_dtype)
-        for grad, t in zip(res or (), tangents[:k]):
-            if grad is not None:
-                out = out + jnp.sum(grad * t).astype(spec.out_dtype)
-        return value, out
-
-    def vjp_bwd(self, res: Any, g: Any, *accums: Any) -> None:
-        if res is None or isinstance(g, Zero):
-            return
-        for acc, grad, aval in zip(accums, res, self.spec.leaf_avals):
-            if grad is not None and not isinstance(acc, jax_ad.NullAccum):
-                acc.accum((g * grad).astype(aval.dtype))
-
-
-class _StreamValueAndGrad(VJPHiPrimitive):
-    """The sum and its gradient with respect to the ``wanted`` parameter leaves, one pass."""
-
-    def __init__(self, spec: _Spec, wanted: tuple[bool, ...], site: str) -> None:
-        self.in_avals = (*spec.leaf_avals, *spec.dynamic_avals)
-        self.out_aval = (
-            ShapedArray((), spec.out_dtype),
-            *(ShapedArray(a.shape, a.dtype) for a, w in zip(spec.leaf_avals, wanted) if w),
-        )
-        self.params = {"spec": spec, "wanted": wanted}
-        self.site = site
-        super().__init__()
-
-    def expand(self, *args: Any) -> tuple[Any, ...]:
-        return _expand(self.spec, self.site, self.wanted, self.out_aval, args)
-
-    def vjp_fwd(self, nzs_in: Any, *args: Any) -> Any:
-        raise NotImplementedError(_SECOND_ORDER)
-
-    def jvp(self, primals: Any, tangents: Any) -> Any:
-        raise NotImplementedError(_SECOND_ORDER)
-
-
-_SECOND_ORDER = (
-    "second-order derivatives of oocarr.stream_sum are not supported; differentiate once"
-)
-
-
 # ----------------------------------------------------------------------------
 # Public API
 # ----------------------------------------------------------------------------
-def _output_kind(fn: Callable[..., Any], params: Any, sources: Sequence[_Source]) -> tuple:
+def _output_kind(fn: Callable[..., Any], params: Any, sources: Sequence[Source]) -> tuple:
     """``(per_row, dtype)`` of ``fn``'s result on the whole data (traced abstractly)."""
     n = sources[0].shape[0]
     tiles = [jax.ShapeDtypeStruct(s.shape, s.aval.dtype) for s in sources]
@@ -528,15 +127,15 @@ def stream_sum(
     >>> float(jax.jit(mse)(jnp.zeros(2), X, y, weights=np.arange(6.0, dtype="f4")))
     1.0
     """
-    kernel = _Kernel(fn)
+    kernel = Kernel(fn)
 
-    def prepare(params: Any, arrays: tuple, weights: Any) -> tuple[_Spec, list, list]:
+    def prepare(params: Any, arrays: tuple, weights: Any) -> tuple[Spec, list, list]:
         if not arrays:
             raise InvalidArgumentError("stream_sum needs at least one array to stream")
         data = [*arrays, *(() if weights is None else (weights,))]
         sources, dynamic = [], []
         for x in data:
-            src, value = _source(x)
+            src, value = source(x)
             sources.append(src)
             if src.dynamic:
                 dynamic.append(value)
@@ -554,7 +153,7 @@ def stream_sum(
             raise InvalidArgumentError(
                 "stream_sum with weights needs fn to return one loss per row, not the tile's sum"
             )
-        spec = _Spec(
+        spec = Spec(
             kernel,
             treedef,
             tuple(ShapedArray(x.shape, x.dtype) for x in leaves),
@@ -569,7 +168,7 @@ def stream_sum(
 
     def g(params: Any, *arrays: Any, weights: Any = None) -> jax.Array:
         spec, leaves, dynamic = prepare(params, arrays, weights)
-        return _StreamSum(spec, call_site("stream_sum"))(*leaves, *dynamic)
+        return StreamSum(spec, call_site("stream_sum"))(*leaves, *dynamic)
 
     def tasks(params: Any, *arrays: Any, weights: Any = None, grad: bool = True) -> RowPlan:
         """This call (eager) as a map-reduce of picklable row tasks: each task's ``run()``
@@ -578,7 +177,7 @@ def stream_sum(
         ``jax.value_and_grad`` of the call gives, bit for bit."""
         spec, leaves, dynamic = prepare(params, arrays, weights)
         wanted = tuple(jnp.issubdtype(a.dtype, jnp.inexact) for a in spec.leaf_avals)
-        return _row_plan(spec, wanted if grad else None, [*leaves, *dynamic])
+        return row_plan(spec, wanted if grad else None, [*leaves, *dynamic])
 
     g.tasks = tasks
 
@@ -586,7 +185,7 @@ def stream_sum(
     return g
 
 
-def _check_rows(sources: Sequence[_Source], weighted: bool) -> None:
+def _check_rows(sources: Sequence[Source], weighted: bool) -> None:
     if any(not s.shape for s in sources):
         raise InvalidArgumentError("stream_sum's arrays need a leading row axis, not 0-d arrays")
     n = sources[0].shape[0]

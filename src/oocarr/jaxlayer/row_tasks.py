@@ -1,7 +1,7 @@
 """``stream_sum`` as a map-reduce over row tiles: one tile's partial sum and gradient, the fixed
 order partials combine in, and picklable row tasks that compute them in any process.
 
-The local loop (:func:`oocarr.train.full_batch.stream_sum`) and a task run
+The local loop (:mod:`oocarr.jaxlayer.row_sums`, under ``stream_sum`` and fused sums) and a task run
 elsewhere compute each tile with :func:`tile_partial` and fold the tiles in
 row order with :class:`Sums`, so a sum and its gradient are the same bits
 whichever runs them.

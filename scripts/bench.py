@@ -387,11 +387,17 @@ WORKLOADS = {
         Workload(
             14,
             bt.STREAM_SUM,
-            "stream_sum value_and_grad",
-            ("value_and_grad",),
+            "value_and_grad over the whole dataset",
+            bt.LOSSES,
             bt.FORMATS,
-            (WARM,),
-            {"oocarr": (Peer("JAX in memory", "jax", 0.8, fmt=MEMORY),)},
+            BOTH,
+            {
+                "oocarr": (Peer("JAX in memory", "jax", 0.8, WARM, MEMORY, WARM),),
+                "oocarr-opbyop": (
+                    Peer("stream_sum", "oocarr", 0.8),
+                    JAX_IN_MEMORY,
+                ),
+            },
         ),
         Workload(
             15,

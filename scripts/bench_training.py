@@ -276,14 +276,66 @@ def _train_numpy(ctx: bw.Context, op: str, fmt: str) -> bw.Case:
     return bw.Case(lambda: _epoch(batches), [], _epoch_check)
 
 
-def _least_squares(xb: Any, yb: Any, w: Any) -> Any:
-    import jax.numpy as jnp
+#: Workload 14's losses, each over the whole dataset: ``value_and_grad`` (least squares, its
+#: first), ``logistic`` (logistic regression) and ``mlp`` (a 2-layer MLP with a logistic loss).
+LOSSES = ("value_and_grad", "logistic", "mlp")
+#: Hidden units of the ``mlp`` loss.
+LOSS_HIDDEN = 64
 
-    return jnp.sum((xb @ w - yb) ** 2)
+
+def _loss(op: str, xp: Any, relu: Any, softplus: Any) -> Callable[..., Any]:
+    """Loss ``op`` of ``(params, x, y)`` summed over rows, written once with ``xp``'s
+    functions: ``jax.numpy`` (a tile's sum in ``stream_sum``, or the data in memory) or
+    ``oocarr`` (op by op on the stored arrays)."""
+
+    def logistic(z: Any, y: Any) -> Any:  # binary cross-entropy of the logits z
+        return xp.sum(softplus(z) - y * z)
+
+    if op == "value_and_grad":
+        return lambda w, x, y: xp.sum(xp.square(x @ w - y))
+    if op == "logistic":
+        return lambda w, x, y: logistic(x @ w, y)
+    return lambda p, x, y: logistic(relu(x @ p["w1"] + p["b1"]) @ p["w2"] + p["b2"], y)
 
 
-def _start() -> np.ndarray:
-    return np.full((COLS, 1), 0.01, np.float32)
+def _start(op: str = "value_and_grad") -> Any:
+    if op != "mlp":
+        return np.full((COLS, 1), 0.01, np.float32)
+    rng = np.random.default_rng(SEED)
+    return {
+        "w1": (rng.standard_normal((COLS, LOSS_HIDDEN)) / 8).astype(np.float32),
+        "b1": np.zeros(LOSS_HIDDEN, np.float32),
+        "w2": (rng.standard_normal((LOSS_HIDDEN, 1)) / 8).astype(np.float32),
+        "b2": np.zeros(1, np.float32),
+    }
+
+
+def _loss_check(result: Any) -> dict[str, Any]:
+    import jax
+
+    value, grad = result
+    flat = np.concatenate([np.asarray(g, float).ravel() for g in jax.tree.leaves(grad)])
+    return {"value": float(value), "grad": flat.tolist()}
+
+
+def _stored_loss_case(ctx: bw.Context, op: str, fmt: str, loss: Callable[..., Any]) -> bw.Case:
+    """``jax.jit(jax.value_and_grad(loss))`` on ``X`` and ``y`` opened by oocarr, under the
+    run's ``--budget`` (as workload 5's)."""
+    import jax
+
+    import oocarr
+
+    x_url, y_url = paths(ctx.data_dir, fmt)
+    budget = ctx.budget
+    step = jax.jit(jax.value_and_grad(loss))
+    params = jax.tree.map(jax.numpy.asarray, _start(op))
+
+    def run() -> Any:
+        with oocarr.memory_budget(budget):
+            value, grad = step(params, oocarr.open(x_url), oocarr.open(y_url))
+            return float(value), jax.tree.map(np.asarray, grad)
+
+    return bw.Case(run, _files(ctx.data_dir, fmt), _loss_check)
 
 
 def _stream_sum_oocarr(ctx: bw.Context, op: str, fmt: str) -> bw.Case:
@@ -292,18 +344,14 @@ def _stream_sum_oocarr(ctx: bw.Context, op: str, fmt: str) -> bw.Case:
 
     import oocarr
 
-    x_url, y_url = paths(ctx.data_dir, fmt)
-    loss = oocarr.stream_sum(lambda w, xb, yb: _least_squares(xb, yb, w))
-    budget = ctx.budget  # the run's --budget, as workload 5's
-    step = jax.jit(jax.value_and_grad(loss))
-    w = jnp.asarray(_start())
+    tile_loss = _loss(op, jnp, jax.nn.relu, jax.nn.softplus)
+    return _stored_loss_case(ctx, op, fmt, oocarr.stream_sum(tile_loss))
 
-    def run() -> Any:
-        with oocarr.memory_budget(budget):
-            value, grad = step(w, oocarr.open(x_url), oocarr.open(y_url))
-            return float(value), np.asarray(grad)
 
-    return bw.Case(run, _files(ctx.data_dir, fmt), bw._value_grad)
+def _opbyop_oocarr(ctx: bw.Context, op: str, fmt: str) -> bw.Case:
+    import oocarr
+
+    return _stored_loss_case(ctx, op, fmt, _loss(op, oocarr, oocarr.relu, oocarr.softplus))
 
 
 def _stream_sum_jax(ctx: bw.Context, op: str, fmt: str) -> bw.Case:
@@ -312,14 +360,14 @@ def _stream_sum_jax(ctx: bw.Context, op: str, fmt: str) -> bw.Case:
 
     x_path, y_path = paths(ctx.data_dir, "npy")
     x, y = jnp.asarray(np.load(x_path)), jnp.asarray(np.load(y_path))
-    step = jax.jit(jax.value_and_grad(lambda w, x, y: _least_squares(x, y, w)))
-    w = jnp.asarray(_start())
+    step = jax.jit(jax.value_and_grad(_loss(op, jnp, jax.nn.relu, jax.nn.softplus)))
+    params = jax.tree.map(jnp.asarray, _start(op))
 
     def run() -> Any:
-        value, grad = step(w, x, y)
-        return float(value), np.asarray(grad)
+        value, grad = step(params, x, y)
+        return float(value), jax.tree.map(np.asarray, grad)
 
-    return bw.Case(run, [], bw._value_grad)
+    return bw.Case(run, [], _loss_check)
 
 
 #: The workload column of each operation's row.
@@ -328,7 +376,9 @@ OP_LABELS = {
     (STEP_TAX, "step-host"): f"{STEPS} jitted MLP steps, host NumPy work between",
     (TRAIN, "in-order"): "MLP epoch, batches(1024), in order",
     (TRAIN, "shuffled"): "MLP epoch, batches(1024), shuffled",
-    (STREAM_SUM, "value_and_grad"): "stream_sum least squares value_and_grad",
+    (STREAM_SUM, "value_and_grad"): "least squares value_and_grad",
+    (STREAM_SUM, "logistic"): "logistic regression value_and_grad",
+    (STREAM_SUM, "mlp"): f"{COLS}-{LOSS_HIDDEN}-1 MLP, logistic loss, value_and_grad",
 }
 
 #: (workload, engine) -> runner(ctx, op, fmt) -> Case.
@@ -338,6 +388,7 @@ RUNNERS: dict[tuple[str, str], Callable[[bw.Context, str, str], bw.Case]] = {
     (TRAIN, "oocarr"): _train_oocarr,
     (TRAIN, "numpy"): _train_numpy,
     (STREAM_SUM, "oocarr"): _stream_sum_oocarr,
+    (STREAM_SUM, "oocarr-opbyop"): _opbyop_oocarr,
     (STREAM_SUM, "jax"): _stream_sum_jax,
 }
 

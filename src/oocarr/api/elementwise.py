@@ -16,6 +16,7 @@ from oocarr.api import assignment
 from oocarr.api.storage import from_numpy
 from oocarr.errors import InvalidArgumentError
 from oocarr.jaxlayer.disk_array import DiskArray, DiskArrayType, add_methods
+from oocarr.jaxlayer.fused_sum import fused_sum
 from oocarr.jaxlayer.make_op import make_op, materialize, update
 from oocarr.ops.elementwise import (
     BINARY,
@@ -211,7 +212,8 @@ def sum(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = Fals
     >>> float(oocarr.sum(oocarr.from_numpy(np.arange(5.0, dtype="f4"))))
     10.0
     """
-    return _sum(x, axis=axis, keepdims=keepdims)
+    streamed = fused_sum(x, axis, keepdims, mean=False)
+    return _sum(x, axis=axis, keepdims=keepdims) if streamed is None else streamed
 
 
 def mean(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Any:
@@ -223,7 +225,8 @@ def mean(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = Fal
     >>> float(oocarr.mean(oocarr.from_numpy(np.arange(5.0, dtype="f4"))))
     2.0
     """
-    return _mean(x, axis=axis, keepdims=keepdims)
+    streamed = fused_sum(x, axis, keepdims, mean=True)
+    return _mean(x, axis=axis, keepdims=keepdims) if streamed is None else streamed
 
 
 _max = make_op(Max)

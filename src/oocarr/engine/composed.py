@@ -21,6 +21,7 @@ from oocarr.store.dtypes import as_dtype, dtype_token
 from oocarr.store.regions import broadcast_region
 
 from .fused import FusedArray, expression
+from .fused_layout import has_row_local
 from .io import Operand
 from .op import BlockParallelOp, Plan, Region
 
@@ -40,13 +41,13 @@ class ComposedOp(BlockParallelOp):
     Examples
     --------
     >>> import json, numpy as np
-    >>> from oocarr.engine.fused import Leaf, fused_locator, _program
+    >>> from oocarr.engine.fused import Leaf, fused_locator, program_of
     >>> from oocarr.ops.elementwise import UNARY
     >>> from oocarr.ops.reductions import Sum
     >>> from oocarr.store.locator import Locator
     >>> a = Leaf.stored(Locator.make("memmap", "/a.npy"), (6, 2))
     >>> spec = json.loads(fused_locator(UNARY["exp"], [a], (6, 2), "f4").url)
-    >>> op = ComposedOp(Sum((6, 2)), [(_program(spec), ((6, 2),), "float32")])
+    >>> op = ComposedOp(Sum((6, 2)), [(program_of(spec), ((6, 2),), "float32")])
     >>> op.in_shapes, op.output_shape, float(op.forward_block(np.zeros((6, 2), "f4")))
     (((6, 2),), (), 12.0)
     """
@@ -171,6 +172,8 @@ def composed(op: BlockParallelOp, operands: Sequence[Operand]) -> tuple | None:
             parts.append(None)
             flat.append(operand)
             continue
+        if has_row_local(array.spec):  # its leaves' regions are not the op's broadcast ones
+            return None
         program, shapes, holders = array.leaves_read()
         if not shapes:  # nothing read by region: the array's tiles give its shape
             return None

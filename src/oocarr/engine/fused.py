@@ -21,7 +21,6 @@ from __future__ import annotations
 import collections
 import functools
 import hashlib
-import importlib
 import itertools
 import json
 import math
@@ -38,10 +37,10 @@ from oocarr.store.blocked import BlockedArray
 from oocarr.store.buffers import BufferPool
 from oocarr.store.dtypes import as_dtype, dtype_token
 from oocarr.store.locator import Locator
-from oocarr.store.regions import broadcast_region
 from oocarr.store.registry import get_driver
 
 from .compile import BlockFunction
+from .fused_layout import computed_elements, layout, op_class
 
 __all__ = [
     "FusedArray",
@@ -53,6 +52,8 @@ __all__ = [
     "fused_locator",
     "is_deferred",
     "is_fused",
+    "leaf_constant",
+    "program_of",
     "register",
     "resolve",
     "short_name",
@@ -299,18 +300,11 @@ def fused_locator(
         else:
             args.append({"leaf": leaf_index(spec)})
     path = f"{op_class.__module__}:{op_class.__qualname__}"
-    expr = {"op": path, "args": args} if vjp is None else {"op": path, "args": args, "vjp": vjp}
+    expr = {"op": path, "args": args, "shape": list(shape)}
+    if vjp is not None:
+        expr["vjp"] = vjp
     url = json.dumps({"expr": expr, "leaves": merged}, sort_keys=True)
     return Locator.make(DRIVER, url, "", None, {"shape": list(shape), "dtype": dtype_token(dtype)})
-
-
-@functools.lru_cache(maxsize=256)
-def _op_function(path: str) -> Any:
-    module, _, name = path.partition(":")
-    cls = getattr(importlib.import_module(module), name)
-    if not getattr(cls, "fusable", False):
-        raise InvalidArgumentError(f"{path} is not an elementwise op a fused array can hold")
-    return cls.fn
 
 
 def _inlined(leaf: dict[str, Any]) -> bool:
@@ -319,7 +313,7 @@ def _inlined(leaf: dict[str, Any]) -> bool:
     return "const" in leaf and not leaf["shape"]
 
 
-def _program(spec: dict[str, Any]) -> str:
+def program_of(spec: dict[str, Any]) -> str:
     """What a fused array's function depends on: its expression and its scalar constants
     (written into the function, so ``x ** 2`` multiplies as JAX's ``x ** 2`` does; see
     :func:`expression` for the floating ones), as JSON text."""
@@ -328,7 +322,7 @@ def _program(spec: dict[str, Any]) -> str:
     return json.dumps(program, sort_keys=True)
 
 
-def _constant(leaf: dict[str, Any]) -> np.ndarray:
+def leaf_constant(leaf: dict[str, Any]) -> np.ndarray:
     # a NumPy array of the leaf's dtype, as the unfused op reads it: a Python int would be
     # weakly typed (``int8_array + np.int32(5)`` computed in int8); a 0-d integer is still a
     # concrete exponent, so ``x ** 2`` multiplies (``lax.integer_pow``) as JAX's does
@@ -336,27 +330,38 @@ def _constant(leaf: dict[str, Any]) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=256)
-def expression(program_json: str) -> Any:
+def expression(program_json: str, cuts_json: str = "null") -> Any:
     """The function of the non-constant leaves' blocks that evaluates the whole expression
-    (what :meth:`FusedArray.leaves_read` gives consumers).
+    (what :meth:`FusedArray.leaves_read` gives consumers), slicing each leaf use and each
+    row-local node's result by ``cuts_json`` (:func:`~oocarr.engine.fused_layout.layout`'s
+    cuts as JSON; ``"null"``: none).
 
     Examples
     --------
     >>> from oocarr.ops.elementwise import UNARY
     >>> a = Leaf.stored(Locator.make("memmap", "/a.npy"), (2,))
-    >>> program = _program(json.loads(fused_locator(UNARY["square"], [a], (2,), "f4").url))
+    >>> program = program_of(json.loads(fused_locator(UNARY["square"], [a], (2,), "f4").url))
     >>> expression(program)(np.array([2.0, 3.0])).tolist()
     [4.0, 9.0]
     """
     program = json.loads(program_json)
-    consts = {int(i): _constant(leaf) for i, leaf in program["consts"].items()}
+    consts = {int(i): leaf_constant(leaf) for i, leaf in program["consts"].items()}
     # XLA's simplifier folds a floating constant into the op that uses it with identities
     # IEEE arithmetic does not have (``x + 0.0`` is ``x``, wrong for ``x = -0.0``); behind an
     # optimization barrier the constant is still compiled in but applied as a value is, as
     # in the unfused op. Integer constants are not held back (exact; an exponent: ``x ** 2``).
     inexact = {i for i, c in consts.items() if jnp.issubdtype(c.dtype, jnp.inexact)}
+    cut_list = json.loads(cuts_json)
 
     def evaluate(*given: Any) -> Any:
+        cuts = iter(cut_list or ())
+
+        def cut(value: Any) -> Any:
+            slices = next(cuts) if cut_list else None
+            if slices is None or not jnp.ndim(value):
+                return value
+            return value[tuple(slice(a, b) for a, b in slices)]
+
         blocks = iter(given)
         leaves = [
             (jax.lax.optimization_barrier(consts[i]) if i in inexact else consts[i])
@@ -365,13 +370,28 @@ def expression(program_json: str) -> Any:
             for i in range(program["leaves"])
         ]
 
+        # a value used twice (``z`` in ``softplus(z) - y * z``) is one subtree inlined twice:
+        # computed once (an MLP's ``z`` was computed twice a tile, 1.4x the time), unless cuts
+        # may slice its uses differently
+        seen: dict[str, Any] = {}
+
         def value(node: dict[str, Any]) -> Any:
+            if cut_list or "leaf" in node:
+                return evaluated(node)
+            key = json.dumps(node, sort_keys=True)
+            if key not in seen:
+                seen[key] = evaluated(node)
+            return seen[key]
+
+        def evaluated(node: dict[str, Any]) -> Any:
             if "leaf" in node:
-                return leaves[node["leaf"]]
-            fn = _op_function(node["op"])
+                return cut(leaves[node["leaf"]])
+            cls = op_class(node["op"])
+            fn = cls.fn
             args = [value(a) for a in node["args"]]
             if "vjp" not in node:
-                return fn(*args)
+                out = fn(*args)
+                return cut(out) if getattr(cls, "row_local", False) else out
             i, primals, ct = node["vjp"], args[:-1], args[-1]
 
             def of_input(x: Any) -> Any:
@@ -386,9 +406,9 @@ def expression(program_json: str) -> Any:
 
 
 @functools.lru_cache(maxsize=256)
-def _compiled(program_json: str) -> Any:
+def _compiled(program_json: str, cuts_json: str = "null") -> Any:
     """:func:`expression`, compiled for the engine's device."""
-    return BlockFunction(expression(program_json))
+    return BlockFunction(expression(program_json, cuts_json))
 
 
 class FusedArray(BlockedArray):
@@ -419,7 +439,7 @@ class FusedArray(BlockedArray):
                 elif "slot" in leaf:
                     self._values[-1] = _slot_values(leaf["slot"])[leaf["index"]]
                 else:
-                    self._values[-1] = _constant(leaf)
+                    self._values[-1] = leaf_constant(leaf)
         except BaseException:
             self._release()
             raise
@@ -431,10 +451,15 @@ class FusedArray(BlockedArray):
             ),
             None,
         )
-        self._program = _program(spec)
+        self._program = program_of(spec)
         self._fn = _compiled(self._program)
         self._pool = BufferPool(keep=2 * len(self._stores))
         super().__init__(locator, shape, as_dtype(options["dtype"]), chunks, mode="r")
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        """The expression and its leaves, as the locator holds them."""
+        return self._spec
 
     @classmethod
     def can_open(cls, container: str, inner: str, storage_options: Any) -> bool:
@@ -489,12 +514,14 @@ class FusedArray(BlockedArray):
         return Locator.make(DRIVER, url, "", None, self.locator.driver_kwargs)
 
     def _leaf_regions(self, region: tuple[slice, ...]) -> list[tuple[slice, ...]]:
-        return [broadcast_region(region, s) for s in self._leaf_shapes]
+        return layout(self._spec, region)[0]
 
     def _compute(self, region: tuple[slice, ...]) -> np.ndarray:
         blocks = []
+        regions, cuts = layout(self._spec, region)
+        fn = self._fn if cuts is None else _compiled(self._program, json.dumps(cuts))
         for store, value, constant, leaf_region in zip(
-            self._stores, self._values, self._constant, self._leaf_regions(region)
+            self._stores, self._values, self._constant, regions
         ):
             if constant:
                 continue
@@ -504,7 +531,7 @@ class FusedArray(BlockedArray):
                 blocks.append(value[leaf_region])
             else:
                 blocks.append(value)
-        result = np.asarray(self._fn(*blocks))
+        result = np.asarray(fn(*blocks))
         shape = tuple(r.stop - r.start for r in region)
         if result.dtype != self.dtype:
             result = result.astype(self.dtype)
@@ -579,7 +606,11 @@ class FusedArray(BlockedArray):
             math.prod(s) * store.dtype.itemsize + store.read_overhead(s)
             for store, s in self._leaf_tiles(shape)
         )
-        return leaves + math.prod(shape) * self.dtype.itemsize
+        # a row-local node (``x @ w``) computes whole rows of its result, however narrow the
+        # tile: counted at the array's itemsize
+        region = tuple(slice(0, n) for n in shape)
+        computed = computed_elements(self._spec, region) * self.dtype.itemsize
+        return leaves + computed + math.prod(shape) * self.dtype.itemsize
 
     def read_threads(self, shape: Sequence[int]) -> int:
         return max((store.read_threads(s) for store, s in self._leaf_tiles(shape)), default=0)

@@ -176,6 +176,13 @@ class BlockParallelOp(Op):
     (4, 3)
     """
 
+    #: Under ``jax.jit`` a call of this op on stored arrays writes nothing: its output is a
+    #: fused array (:mod:`oocarr.engine.fused`) whose consumers evaluate the class's ``fn``
+    #: on their tiles (elementwise ops).
+    fusable: bool = False
+    #: A fusable op whose output rows each need only the same rows of its first input, all of
+    #: that input's last axis and all of its other inputs (``x @ w``, ``w`` in memory).
+    row_local: bool = False
     #: How edge blocks are padded to the full tile shape (``numpy.pad`` mode): zeros suit
     #: sums and products; elementwise ops repeat the edge so padding stays in their domain.
     pad_mode: str = "constant"
@@ -188,6 +195,19 @@ class BlockParallelOp(Op):
     #: Axes of the input blocks padded before their elements rather than after (and whose
     #: gradients are cropped from their end): a block function that reverses an axis.
     pad_front: tuple[int, ...] = ()
+
+    def fused_form(self, stored: Sequence[bool]) -> BlockParallelOp | None:
+        """The op a traced call with these inputs (``stored[i]``: input ``i`` is a stored
+        array) fuses as, or ``None`` when it runs as a stored op.
+
+        Examples
+        --------
+        >>> from oocarr.ops.elementwise import Add
+        >>> op = Add((4,), (4,))
+        >>> op.fused_form([True, False]) is op
+        True
+        """
+        return self if self.fusable else None
 
     # -- what subclasses define -------------------------------------------
     def index_map(self, out_region: Region, plan: Plan) -> Iterator[tuple[Region, ...]]:

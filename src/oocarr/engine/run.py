@@ -250,7 +250,7 @@ class OOCAlgorithm:
                 if cluster is not None and self._custom_on(cluster, run, operands, out):
                     return None
                 return run.forward(out)
-            reading_leaves = None if current_executor() else composed(self.op, operands)
+            reading_leaves = composed(self.op, operands)
             if reading_leaves is not None:
                 op, leaves = reading_leaves
                 return self._counted_with(op)._forward_pass(leaves, out)

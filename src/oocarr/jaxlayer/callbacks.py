@@ -183,6 +183,29 @@ def open_store(locator: Locator, mode: str = "r") -> BlockedArray:
     return get_driver(locator.driver).open(locator, mode)
 
 
+def least_read_bytes(locators: Iterable[Locator], whole_rows: bool = False) -> int:
+    """The drivers' buffers for reading one element (``whole_rows``: one row, all of every
+    axis but the first) of each array at ``locators`` that exists (one an op of the same
+    jitted call writes later is not counted), for a plan made while tracing.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarr
+    >>> least_read_bytes([oocarr.from_numpy(np.arange(3.0)).locator])
+    0
+    """
+    nbytes = 0
+    for locator in locators:
+        driver = get_driver(locator.driver)
+        if not driver.exists(locator):
+            continue
+        with driver.open(locator, "r") as store:
+            shape = tuple(store.shape)
+            least = (1, *shape[1:]) if whole_rows and shape else (1,) * len(shape)
+            nbytes += store.read_overhead(least)
+    return nbytes
+
+
 def create_store(
     locator: Locator, shape: tuple[int, ...], dtype: Any, chunks: tuple[int, ...] | None = None
 ) -> BlockedArray:

@@ -15,6 +15,8 @@ its gradient arithmetic (:func:`zeros_at`, :func:`add_into`), which runs ops.
 from __future__ import annotations
 
 import functools
+import json
+import math
 import uuid
 import weakref
 from collections.abc import Callable, Sequence
@@ -29,7 +31,7 @@ from jax._src.interpreters import partial_eval as pe
 from jax.experimental.hijax import ShapedArray, VJPHiPrimitive, Zero
 
 from oocarr.engine import fused
-from oocarr.engine.executor import current_executor
+from oocarr.engine.budget import memory_budget_bytes
 from oocarr.engine.io import Operand
 from oocarr.engine.op import BlockParallelOp, CustomOp
 from oocarr.engine.run import OOCAlgorithm
@@ -40,11 +42,13 @@ from oocarr.store.blocked import BlockedArray
 from oocarr.store.locator import Locator
 from oocarr.store.scratch import scratch_locator
 
+from . import traced_leaves
 from .callbacks import (
     call,
     check_writable,
     create_store,
     is_traced,
+    least_read_bytes,
     marker,
     open_store,
     result_struct,
@@ -266,11 +270,13 @@ def _fused_call(op: Any, args: tuple, avals: tuple) -> FusedForward | None:
     """The fused primitive of an elementwise call on ``args`` (as the caller gave them: under
     ``jit``, a Python scalar is a constant, its ``jnp.asarray`` a tracer), or ``None`` when it
     runs as a stored op: eagerly (nothing is traced), on a cluster, or with no stored input."""
-    if not getattr(op, "fusable", False) or op.output_shape == ():
+    if not isinstance(op, BlockParallelOp) or op.output_shape == ():
         return None
-    if not _under_jit() or current_executor() is not None:
+    if not _under_jit():
         return None
-    if not any(isinstance(a, DiskArrayType) for a in avals):
+    stored = [isinstance(a, DiskArrayType) for a in avals]
+    op = op.fused_form(stored) if any(stored) else None
+    if op is None or (op.row_local and not _rows_fit(op, avals)):
         return None
     token = uuid.uuid4().hex
     held: list[Any] = []  # the slots' values, in argument order
@@ -279,7 +285,39 @@ def _fused_call(op: Any, args: tuple, avals: tuple) -> FusedForward | None:
     dtype = np.dtype(op.result_dtype(*map(_struct, avals)))
     locator = fused.fused_locator(type(op), leaves, op.output_shape, dtype)
     out_aval = DiskArrayType(op.output_shape, dtype, locator)
+    named = [
+        (json.dumps(leaf.spec["locator"], sort_keys=True), arg)
+        for arg, leaf in zip(args, leaves)
+        if "locator" in leaf.spec and not fused.is_fused(Locator.from_dict(leaf.spec["locator"]))
+    ]
+    traced_leaves.remember(token, held, named)
     return FusedForward(op, avals, out_aval, slots, token)
+
+
+def _rows_fit(op: BlockParallelOp, avals: tuple) -> bool:
+    """Whether a row-local op's consumers can read it under the budget in force: its stored
+    leaves' drivers' buffers for a chunk each, and a few rows of its input and output (a
+    consumer reads whole rows of its input, where the stored op would cut them)."""
+    locators = []
+    for aval in avals:
+        if not isinstance(aval, DiskArrayType):
+            continue
+        if not fused.is_fused(aval.locator):
+            locators.append(aval.locator)
+            continue
+        spec = json.loads(aval.locator.url)
+        locators += [
+            Locator.from_dict(leaf["locator"]) for leaf in spec["leaves"] if "locator" in leaf
+        ]
+    buffers = least_read_bytes((c for c in locators if not fused.is_deferred(c)), whole_rows=True)
+    itemsize = max(np.dtype(a.dtype).itemsize for a in avals)
+    row = (math.prod(op.in_shapes[0][1:]) + math.prod(op.output_shape[1:])) * itemsize
+    return buffers + ROW_LOCAL_ROWS * row <= memory_budget_bytes()
+
+
+#: Rows of a row-local op's input and output its consumers must hold at once, at least (the
+#: tiles of a reduction's plan and the engine's read-ahead): below it, the op runs stored.
+ROW_LOCAL_ROWS = 8
 
 
 class Backward(VJPHiPrimitive):
@@ -324,6 +362,8 @@ class Backward(VJPHiPrimitive):
         if self._scale() is not None:
             return frozenset(i for i, d in enumerate(deferred) if d)
         if not getattr(fwd.op, "fusable", False) or not isinstance(fwd.out_aval, DiskArrayType):
+            return frozenset()
+        if fwd.op.row_local:  # an input's cotangent reads the output's rows whole: written
             return frozenset()
         return frozenset(
             i

@@ -46,7 +46,7 @@ from oocarr.engine.stats import IOCounts, record
 from oocarr.errors import InvalidArgumentError
 from oocarr.store.locator import Locator
 
-from .callbacks import call, open_store, result_struct
+from .callbacks import call, least_read_bytes, open_store, result_struct
 from .disk_array import DiskArray, is_disk
 from .row_tasks import RowPlan, RowTask, Sums, tile_partial
 
@@ -56,6 +56,7 @@ __all__ = [
     "Spec",
     "StreamSum",
     "StreamValueAndGrad",
+    "fits_a_row",
     "row_plan",
     "source",
 ]
@@ -100,6 +101,9 @@ class Spec:
     out_dtype: np.dtype
     mean: bool
     tile_rows: int | None
+    #: Bytes per row the kernel holds besides its tiles (a fused expression's row-wide
+    #: products), counted in the tile's size.
+    extra_row_bytes: int = 0
 
     @property
     def rows(self) -> int:
@@ -218,8 +222,20 @@ def _tile_rows(spec: Spec, operands: Sequence[Operand]) -> int:
     return rows
 
 
+def fits_a_row(spec: Spec) -> bool:
+    """Whether :data:`~oocarr.engine.plan.STREAM_SUM_TILES` tiles of one row, and the stored
+    sources' drivers' buffers for a chunk each, fit the memory budget in force."""
+    located = (s.locator for s in spec.sources if s.locator is not None)
+    buffers = least_read_bytes(located, whole_rows=True)
+    return _projection(_row_bytes(spec), 1).nbytes + buffers <= memory_budget_bytes()
+
+
 def _rows_within(spec: Spec, operands: Sequence[Operand], usable: int, row_bytes: int) -> int:
-    rows = min(usable // STREAM_SUM_TILES, STREAM_SUM_TILE_BYTES) // row_bytes
+    # the cap is on the rows read (a fused sum's products are not read: its tiles are as long)
+    rows = min(
+        usable // STREAM_SUM_TILES // row_bytes,
+        STREAM_SUM_TILE_BYTES // (row_bytes - spec.extra_row_bytes),
+    )
     chunk = next(
         (o.value.chunks[0] for o in operands if o.stored and o.value.chunks is not None), None
     )
@@ -231,7 +247,8 @@ def _rows_within(spec: Spec, operands: Sequence[Operand], usable: int, row_bytes
 
 
 def _row_bytes(spec: Spec) -> int:
-    return sum(s.row_bytes for s in spec.sources) + np.dtype(spec.out_dtype).itemsize
+    own = np.dtype(spec.out_dtype).itemsize + spec.extra_row_bytes
+    return sum(s.row_bytes for s in spec.sources) + own
 
 
 def _read_overhead(operands: Sequence[Operand], rows: int) -> int:

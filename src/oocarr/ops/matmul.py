@@ -17,7 +17,7 @@ from oocarr.errors import ShapeMismatchError
 
 from .elementwise import broadcast_region
 
-__all__ = ["Matmul"]
+__all__ = ["Matmul", "RowMatmul"]
 
 
 class Matmul(BlockParallelOp):
@@ -196,6 +196,32 @@ class Matmul(BlockParallelOp):
 
     def forward_block(self, a: jax.Array, b: jax.Array) -> jax.Array:
         return jnp.matmul(a, b)
+
+    def fused_form(self, stored) -> BlockParallelOp | None:
+        """A stored matrix (or stack) times an in-memory vector or matrix fuses as a
+        :class:`RowMatmul`; any other product runs as a stored op."""
+        a, b = self.in_shapes
+        if tuple(stored) != (True, False) or len(a) < 2 or len(b) > 2:
+            return None
+        return RowMatmul(a, b, **self.params)
+
+
+class RowMatmul(Matmul):
+    """``x @ w`` with ``x`` stored (at least 2-d) and ``w`` in memory (a vector or a matrix):
+    each row of the result needs only the same row of ``x``, so under ``jax.jit`` the call
+    fuses (a row-local node of a fused array, evaluated on its consumer's row tiles) instead
+    of writing its result.  Its gradients are :class:`Matmul`'s.
+
+    Examples
+    --------
+    >>> op = Matmul((100, 8), (8, 2)).fused_form([True, False])
+    >>> type(op).__name__, op.output_shape
+    ('RowMatmul', (100, 2))
+    """
+
+    fusable = True
+    row_local = True
+    fn = staticmethod(jnp.matmul)
 
 
 #: The widest k-panel folded by the host BLAS: the GEMM of a 4096² tile runs as fast with it

@@ -13,6 +13,7 @@ import numpy as np
 from jax._src import core as jax_core
 
 from oocarr.api import assignment
+from oocarr.api.moments import moments
 from oocarr.api.storage import from_numpy
 from oocarr.errors import InvalidArgumentError
 from oocarr.jaxlayer.disk_array import DiskArray, DiskArrayType, add_methods
@@ -226,7 +227,13 @@ def mean(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = Fal
     2.0
     """
     streamed = fused_sum(x, axis, keepdims, mean=True)
-    return _mean(x, axis=axis, keepdims=keepdims) if streamed is None else streamed
+    if streamed is not None:
+        return streamed
+    shared = moments(x, axis)  # under jit: one pass with var and std of the same x
+    if shared is None:
+        return _mean(x, axis=axis, keepdims=keepdims)
+    mean = shared[0]
+    return jnp.expand_dims(mean, normalize_axes(axis, len(x.shape))) if keepdims else mean
 
 
 _max = make_op(Max)

@@ -4,8 +4,10 @@ NaN-ignoring reductions (``nansum``, ``nanmean``, ``nanmax``, ``nanmin``, ``nanv
 
 Each is a short composition of elementwise ops and reductions, run under ``jax.jit`` when
 called on concrete arrays, so that the elementwise steps fuse into the reductions that read
-them: ``var`` reads ``x`` twice (its mean, then the squared deviations from it, which are
-never written) and is as exact as NumPy's two-pass formula; gradients come from the ops' own.
+them: eagerly ``var`` reads ``x`` twice (its mean, then the squared deviations from it, which
+are never written) and is as exact as NumPy's two-pass formula.  Inside the caller's own
+``jax.jit``, ``var`` and ``std`` share one pass with ``mean`` of the same array
+(:mod:`oocarr.api.moments`).  Gradients come from the ops' own.
 """
 
 from __future__ import annotations
@@ -15,11 +17,14 @@ import math
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from oocarr.api import elementwise as fn
+from oocarr.api.moments import moments
 from oocarr.errors import InvalidArgumentError
-from oocarr.jaxlayer.disk_array import add_methods
+from oocarr.jaxlayer import traced_leaves
+from oocarr.jaxlayer.disk_array import add_methods, is_disk
 from oocarr.ops.reductions import normalize_axes
 
 __all__ = [
@@ -72,7 +77,15 @@ def _check_correction(correction: float) -> float:
     return float(correction)
 
 
-def _var(x: Any, axis: Axis, correction: float, keepdims: bool) -> Any:
+def _var(x: Any, axis: Axis, correction: float, keepdims: bool, one_pass: bool = False) -> Any:
+    # under the caller's jit: one pass, shared with its mean (eagerly: the two-pass formula,
+    # its result stored like every eager op's)
+    shared = moments(x, axis) if one_pass else None
+    if shared is not None:
+        m2 = shared[1]
+        if keepdims:
+            m2 = jnp.expand_dims(m2, normalize_axes(axis, len(x.shape)))
+        return m2 / max(_count(x, axis) - correction, 0)
     x = _floats(x)  # here, so that the cast fuses too
     squares = fn.sum(
         fn.square(x - fn.mean(x, axis=axis, keepdims=True)), axis=axis, keepdims=keepdims
@@ -92,7 +105,10 @@ def var(x: Any, axis: Axis = None, *, correction: float = 0.0, keepdims: bool = 
     (3.5, [2.0, 8.0])
     """
     correction = _check_correction(correction)
-    return _fused(_var, x, axis=_axis(axis), correction=correction, keepdims=keepdims)
+    staged = traced_leaves.staged()
+    return _fused(
+        _var, x, axis=_axis(axis), correction=correction, keepdims=keepdims, one_pass=staged
+    )
 
 
 def std(x: Any, axis: Axis = None, *, correction: float = 0.0, keepdims: bool = False) -> Any:
@@ -105,7 +121,8 @@ def std(x: Any, axis: Axis = None, *, correction: float = 0.0, keepdims: bool = 
     >>> float(oocarr.std(x))
     2.0
     """
-    return fn.sqrt(var(x, axis, correction=correction, keepdims=keepdims))
+    variance = var(x, axis, correction=correction, keepdims=keepdims)
+    return fn.sqrt(variance) if is_disk(variance) else jnp.sqrt(variance)
 
 
 def _count_nonzero(x: Any, axis: Axis, keepdims: bool) -> Any:

@@ -12,13 +12,14 @@ dropped at the next call.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
 from jax._src import core as jax_core
 from jax._src.interpreters import partial_eval as pe
 
-__all__ = ["remember", "slot_value", "stored_value"]
+__all__ = ["keep_result", "recall", "remember", "slot_value", "staged", "stored_value"]
 
 #: ``name -> (frame, value)``: a slot as ``(token, index)``, a stored array by locator JSON.
 _HELD: dict[Any, tuple[Any, Any]] = {}
@@ -79,3 +80,35 @@ def stored_value(locator_json: str) -> Any:
     """The stored array (a ``DiskArray`` or its tracer) given at ``locator_json`` in the trace
     being built, or ``None``."""
     return _get(locator_json)
+
+
+def staged() -> bool:
+    """Whether the current trace stages a program (``jit``, ``lax`` control flow), itself or
+    below a ``grad``.
+
+    Examples
+    --------
+    >>> staged()
+    False
+    """
+    return _frame() is not None
+
+
+def keep_result(key: Any, of: Any, value: Any) -> None:
+    """Keep ``value``, computed from ``of`` (a traced value), under ``key`` while the current
+    trace is being built, so that a later call on the same ``of`` reuses it
+    (:func:`recall`)."""
+    frame = _frame()
+    if frame is None:
+        return
+    with _LOCK:
+        _HELD[("result", key)] = (frame, (weakref.ref(of), value))
+
+
+def recall(key: Any, of: Any) -> Any:
+    """The value :func:`keep_result` kept under ``key`` for this very ``of`` in the trace
+    being built, or ``None``."""
+    held = _get(("result", key))
+    if held is None or held[0]() is not of:
+        return None
+    return held[1]

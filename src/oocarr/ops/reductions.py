@@ -12,7 +12,7 @@ import numpy as np
 from oocarr.engine.op import BlockParallelOp, HostBlock, Plan, Region, grow_block
 from oocarr.errors import InvalidArgumentError
 
-__all__ = ["Sum", "Mean", "Max", "Min", "LogSumExp", "normalize_axes"]
+__all__ = ["Sum", "Mean", "Moments", "Max", "Min", "LogSumExp", "normalize_axes"]
 
 
 def normalize_axes(axis, ndim: int) -> tuple[int, ...]:
@@ -203,6 +203,68 @@ class Mean(Sum):
     def cotangent_scale(self) -> float | None:
         scale = super().cotangent_scale()
         return None if scale is None else scale / math.prod(self.in_shapes[0][a] for a in self.axes)
+
+
+class Moments(Sum):
+    """The mean and the sum of squared deviations from it over ``axis``, in one pass: output
+    ``(2, *kept)``, ``[mean, m2]`` (the variance is ``m2 / (count - correction)``).
+
+    Each block contributes its count, mean and ``m2``; partials combine by Chan's parallel
+    formula, as exact as the two-pass one, so ``mean`` and ``var`` of the same array read it
+    once.  The gradient is ``g_mean / count + 2 g_m2 (x - mean)``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> op = Moments((4, 2), axis=0)
+    >>> x = np.array([[1.0, 2.0], [3.0, 2.0], [5.0, 2.0], [7.0, 2.0]], "f4")
+    >>> np.asarray(op.finish(op.forward_block(x))).tolist()
+    [[4.0, 2.0], [20.0, 0.0]]
+    """
+
+    name = "moments"
+    host_ufunc = None
+    needs_output = True
+    pads_edge_blocks = False  # no padding leaves a block's moments unchanged
+    tile_itemsize = BlockParallelOp.tile_itemsize
+
+    def compute_output_shape(self) -> tuple[int, ...]:
+        self.params["keepdims"] = False
+        return (2, *super().compute_output_shape())
+
+    def plan(self, budget_elems: int, chunks, host: bool = False) -> Plan:
+        inner = super().plan(budget_elems, chunks, host)
+        return Plan((2, *inner.out_tile), inner.extra)
+
+    def index_map(self, out_region: Region, plan: Plan) -> Iterator[tuple[Region, ...]]:
+        return super().index_map(out_region[1:], plan)
+
+    def cotangent_scale(self) -> float | None:
+        return None
+
+    def _count(self) -> int:
+        return math.prod(self.in_shapes[0][a] for a in self.axes)
+
+    def forward_block(self, block: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        count = math.prod(block.shape[a] for a in self.axes)
+        mean = jnp.mean(block, axis=self.axes, keepdims=True)
+        m2 = jnp.sum(jnp.square(block - mean), axis=self.axes)
+        return jnp.asarray(count, mean.dtype), jnp.squeeze(mean, self.axes), m2
+
+    def combine(self, acc: tuple, part: tuple) -> tuple:
+        (n1, mean1, m21), (n2, mean2, m22) = acc, part
+        n = n1 + n2
+        delta = mean2 - mean1
+        return n, mean1 + delta * (n2 / n), m21 + m22 + jnp.square(delta) * (n1 * n2 / n)
+
+    def finish(self, acc: tuple) -> jax.Array:
+        _, mean, m2 = acc
+        return jnp.stack([mean, m2])
+
+    def backward_block(self, g: jax.Array, out: jax.Array, block: jax.Array) -> tuple:
+        g_mean, g_m2, mean = (jnp.expand_dims(v, self.axes) for v in (g[0], g[1], out[0]))
+        grad = g_mean / self._count() + 2 * g_m2 * (block - mean)
+        return (grad.astype(block.dtype),)
 
 
 class Max(Sum):

@@ -33,7 +33,7 @@ from oocarr.store.dtypes import as_dtype
 from . import traced_leaves
 from .disk_array import DiskArrayType, is_disk
 from .make_op import Forward, _op_instance
-from .row_sums import Kernel, Spec, StreamSum, StreamValueAndGrad, fits_a_row, source
+from .row_sums import Kernel, Spec, StreamSum, StreamValueAndGrad, fits_a_row, sources
 
 __all__ = ["FusedSum", "fused_sum"]
 
@@ -148,18 +148,13 @@ def fused_sum(x: Any, axis: Any, keepdims: bool, mean: bool) -> Any:
     blocks, params, arrays = found
     out_dtype = np.dtype(jax.eval_shape(jnp.sum, jax.ShapeDtypeStruct((1,), dtype)).dtype)
     kernel = _ExpressionSum(fused.program_of(spec), blocks, tuple(aval.shape), dtype.str)
-    sources, dynamic = [], []
-    for array in arrays:
-        src, value = source(array)
-        sources.append(src)
-        if src.dynamic:
-            dynamic.append(value)
+    described, dynamic = sources(arrays)
     leaves, treedef = jax.tree.flatten(tuple(params))
     row_spec = Spec(
         Kernel(kernel),
         treedef,
         tuple(ShapedArray(p.shape, p.dtype) for p in leaves),
-        tuple(sources),
+        tuple(described),
         weighted=False,
         per_row=False,
         out_dtype=out_dtype,

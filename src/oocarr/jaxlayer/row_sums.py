@@ -59,6 +59,7 @@ __all__ = [
     "fits_a_row",
     "row_plan",
     "source",
+    "sources",
 ]
 
 
@@ -125,6 +126,17 @@ def source(x: Any) -> tuple[Source, Any]:
         return Source(aval, aval.locator, True), x
     value = x if isinstance(x, jax_core.Tracer | jax.Array) else jnp.asarray(x)
     return Source(jax.typeof(value), None, True), value
+
+
+def sources(arrays: Sequence[Any]) -> tuple[list[Source], list[Any]]:
+    """Each array's :class:`Source`, and the primitive arguments of the dynamic ones."""
+    described, dynamic = [], []
+    for x in arrays:
+        src, value = source(x)
+        described.append(src)
+        if src.dynamic:
+            dynamic.append(value)
+    return described, dynamic
 
 
 # ----------------------------------------------------------------------------

@@ -27,7 +27,8 @@ from oocarr.engine.plan import STREAM_SUM_TILES
 from oocarr.engine.stats import call_site
 from oocarr.errors import InvalidArgumentError, ShapeMismatchError
 from oocarr.jaxlayer.disk_array import is_disk
-from oocarr.jaxlayer.row_sums import Kernel, Source, Spec, StreamSum, row_plan, source
+from oocarr.jaxlayer.row_sums import Kernel, Source, Spec, StreamSum, row_plan
+from oocarr.jaxlayer.row_sums import sources as sources_of
 from oocarr.jaxlayer.row_tasks import RowPlan
 
 __all__ = ["stream_sum", "RESIDENT_TILES"]
@@ -133,12 +134,7 @@ def stream_sum(
         if not arrays:
             raise InvalidArgumentError("stream_sum needs at least one array to stream")
         data = [*arrays, *(() if weights is None else (weights,))]
-        sources, dynamic = [], []
-        for x in data:
-            src, value = source(x)
-            sources.append(src)
-            if src.dynamic:
-                dynamic.append(value)
+        sources, dynamic = sources_of(data)
         _check_rows(sources, weights is not None)
         leaves, treedef = jax.tree.flatten(params)
         if any(is_disk(x) for x in leaves):

@@ -342,6 +342,7 @@ def _loop(
     tile = _tile_rows(spec, operands)
     counts.project(_projection(_row_bytes(spec), tile, _read_overhead(operands, tile)).nbytes)
     sums = Sums(spec, wanted)
+    _compile_first(spec, wanted, leaves, tile)
 
     def read(start: int) -> list[np.ndarray]:
         stop = min(start + tile, n)
@@ -352,6 +353,30 @@ def _loop(
         counts.tiles += 1
         del blocks
     return sums.results()
+
+
+def _compile_first(
+    spec: Spec, wanted: tuple[bool, ...] | None, leaves: list[jax.Array], tile: int
+) -> None:
+    """Compile the tile functions before the first tile is read: XLA's working memory while
+    compiling (several MB, kept resident by glibc until trimmed) then comes and goes before
+    the tiles take the budget, not on top of them.  A 512 MiB least squares under 32 MB
+    peaked 37-44 MB above its baseline on its first call, compiling beside its tiles."""
+    n = spec.rows
+    data = spec.sources[:-1] if spec.weighted else spec.sources
+    if spec.per_row:
+        weights = jax.ShapeDtypeStruct((tile,), spec.out_dtype)
+        shapes = [(weights, *(_rows_of(s, tile) for s in data))]
+    else:  # a scalar fn compiles for the first tile's rows and a shorter last tile's
+        sizes = sorted({min(tile, n), n % tile or min(tile, n)})
+        shapes = [tuple(_rows_of(s, rows) for s in data) for rows in sizes]
+    compiled = spec.kernel(spec.per_row, spec.treedef, wanted)
+    for blocks in shapes:
+        compiled.prepare(list(leaves), *blocks)
+
+
+def _rows_of(src: Source, rows: int) -> jax.ShapeDtypeStruct:
+    return jax.ShapeDtypeStruct((rows, *src.shape[1:]), src.aval.dtype)
 
 
 def row_plan(spec: Spec, wanted: tuple[bool, ...] | None, values: Sequence[Any]) -> RowPlan:

@@ -183,10 +183,10 @@ def open_store(locator: Locator, mode: str = "r") -> BlockedArray:
     return get_driver(locator.driver).open(locator, mode)
 
 
-def least_read_bytes(locators: Iterable[Locator], whole_rows: bool = False) -> int:
-    """The drivers' buffers for reading one element (``whole_rows``: one row, all of every
-    axis but the first) of each array at ``locators`` that exists (one an op of the same
-    jitted call writes later is not counted), for a plan made while tracing.
+def least_read_bytes(locators: Iterable[Locator]) -> int:
+    """The drivers' buffers for reading one row (all of every axis but the first) of each
+    array at ``locators`` that exists (one an op of the same jitted call writes later is not
+    counted), for a plan of whole rows made while tracing.
 
     Examples
     --------
@@ -201,8 +201,7 @@ def least_read_bytes(locators: Iterable[Locator], whole_rows: bool = False) -> i
             continue
         with driver.open(locator, "r") as store:
             shape = tuple(store.shape)
-            least = (1, *shape[1:]) if whole_rows and shape else (1,) * len(shape)
-            nbytes += store.read_overhead(least)
+            nbytes += store.read_overhead((1, *shape[1:]) if shape else ())
     return nbytes
 
 

@@ -27,7 +27,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax._src import core as jax_core
 from jax._src.interpreters import ad as jax_ad
-from jax._src.interpreters import partial_eval as pe
 from jax.experimental.hijax import ShapedArray, VJPHiPrimitive, Zero
 
 from oocarr.engine import fused
@@ -254,18 +253,6 @@ class FusedForward(Forward):
         return out
 
 
-def _under_jit() -> bool:
-    """Whether the current trace stages a program (``jit``, ``lax`` control flow), itself or
-    below a ``grad``: an eager ``grad`` runs each op now, and its intermediates' gradients
-    are deleted with them, which a fused intermediate (no storage, no lifetime) would leak."""
-    trace = jax_core.trace_ctx.trace
-    while trace is not None:
-        if isinstance(trace, pe.DynamicJaxprTrace):
-            return True
-        trace = getattr(trace, "parent_trace", None)
-    return False
-
-
 def _fused_call(op: Any, args: tuple, avals: tuple) -> FusedForward | None:
     """The fused primitive of a call on ``args`` (as the caller gave them: under ``jit``, a
     Python scalar is a constant, its ``jnp.asarray`` a tracer) of an op with a fused form
@@ -275,7 +262,9 @@ def _fused_call(op: Any, args: tuple, avals: tuple) -> FusedForward | None:
     (:mod:`.fused_sum`)."""
     if not isinstance(op, BlockParallelOp) or op.output_shape == ():
         return None
-    if not _under_jit():
+    # an eager grad runs each op now and deletes its intermediates' gradients with them,
+    # which a fused intermediate (no storage, no lifetime) would leak: staged traces only
+    if not traced_leaves.staged():
         return None
     stored = [isinstance(a, DiskArrayType) for a in avals]
     op = op.fused_form(stored) if any(stored) else None
@@ -312,7 +301,7 @@ def _rows_fit(op: BlockParallelOp, avals: tuple) -> bool:
         locators += [
             Locator.from_dict(leaf["locator"]) for leaf in spec["leaves"] if "locator" in leaf
         ]
-    buffers = least_read_bytes((c for c in locators if not fused.is_deferred(c)), whole_rows=True)
+    buffers = least_read_bytes(c for c in locators if not fused.is_deferred(c))
     itemsize = max(np.dtype(a.dtype).itemsize for a in avals)
     row = (math.prod(op.in_shapes[0][1:]) + math.prod(op.output_shape[1:])) * itemsize
     return buffers + ROW_LOCAL_ROWS * row <= memory_budget_bytes()

@@ -238,7 +238,7 @@ def fits_a_row(spec: Spec) -> bool:
     """Whether :data:`~oocarr.engine.plan.STREAM_SUM_TILES` tiles of one row, and the stored
     sources' drivers' buffers for a chunk each, fit the memory budget in force."""
     located = (s.locator for s in spec.sources if s.locator is not None)
-    buffers = least_read_bytes(located, whole_rows=True)
+    buffers = least_read_bytes(located)
     return _projection(_row_bytes(spec), 1).nbytes + buffers <= memory_budget_bytes()
 
 

@@ -277,28 +277,39 @@ def _train_numpy(ctx: bw.Context, op: str, fmt: str) -> bw.Case:
 
 
 #: Workload 14's losses, each over the whole dataset: ``value_and_grad`` (least squares, its
-#: first), ``logistic`` (logistic regression) and ``mlp`` (a 2-layer MLP with a logistic loss).
-LOSSES = ("value_and_grad", "logistic", "mlp")
+#: first), ``logistic`` (logistic regression), ``mlp`` (a 2-layer MLP with a logistic loss)
+#: and ``softmax`` (softmax regression over two classes: the cross-entropy of a row
+#: ``logsumexp``, the ``y`` column as one-hot targets).
+LOSSES = ("value_and_grad", "logistic", "mlp", "softmax")
 #: Hidden units of the ``mlp`` loss.
 LOSS_HIDDEN = 64
 
 
-def _loss(op: str, xp: Any, relu: Any, softplus: Any) -> Callable[..., Any]:
+def _loss(op: str, xp: Any, nn: Any) -> Callable[..., Any]:
     """Loss ``op`` of ``(params, x, y)`` summed over rows, written once with ``xp``'s
-    functions: ``jax.numpy`` (a tile's sum in ``stream_sum``, or the data in memory) or
-    ``oocarr`` (op by op on the stored arrays)."""
+    functions and ``nn``'s ``relu``, ``softplus`` and ``logsumexp``: ``jax.numpy`` and
+    ``jax.nn`` (a tile's sum in ``stream_sum``, or the data in memory) or ``oocarr`` (op by op
+    on the stored arrays)."""
 
     def logistic(z: Any, y: Any) -> Any:  # binary cross-entropy of the logits z
-        return xp.sum(softplus(z) - y * z)
+        return xp.sum(nn.softplus(z) - y * z)
+
+    def cross_entropy(z: Any, y: Any) -> Any:  # y as one-hot targets of two classes
+        targets = y * np.array([0, 1], np.float32) + (1 - y) * np.array([1, 0], np.float32)
+        return xp.sum(nn.logsumexp(z, axis=1) - xp.sum(z * targets, axis=1))
 
     if op == "value_and_grad":
         return lambda w, x, y: xp.sum(xp.square(x @ w - y))
     if op == "logistic":
         return lambda w, x, y: logistic(x @ w, y)
-    return lambda p, x, y: logistic(relu(x @ p["w1"] + p["b1"]) @ p["w2"] + p["b2"], y)
+    if op == "softmax":
+        return lambda w, x, y: cross_entropy(x @ w, y)
+    return lambda p, x, y: logistic(nn.relu(x @ p["w1"] + p["b1"]) @ p["w2"] + p["b2"], y)
 
 
 def _start(op: str = "value_and_grad") -> Any:
+    if op == "softmax":
+        return np.full((COLS, 2), 0.01, np.float32) * np.array([1, -1], np.float32)
     if op != "mlp":
         return np.full((COLS, 1), 0.01, np.float32)
     rng = np.random.default_rng(SEED)
@@ -344,14 +355,14 @@ def _stream_sum_oocarr(ctx: bw.Context, op: str, fmt: str) -> bw.Case:
 
     import oocarr
 
-    tile_loss = _loss(op, jnp, jax.nn.relu, jax.nn.softplus)
+    tile_loss = _loss(op, jnp, jax.nn)
     return _stored_loss_case(ctx, op, fmt, oocarr.stream_sum(tile_loss))
 
 
 def _opbyop_oocarr(ctx: bw.Context, op: str, fmt: str) -> bw.Case:
     import oocarr
 
-    return _stored_loss_case(ctx, op, fmt, _loss(op, oocarr, oocarr.relu, oocarr.softplus))
+    return _stored_loss_case(ctx, op, fmt, _loss(op, oocarr, oocarr))
 
 
 def _stream_sum_jax(ctx: bw.Context, op: str, fmt: str) -> bw.Case:
@@ -360,7 +371,7 @@ def _stream_sum_jax(ctx: bw.Context, op: str, fmt: str) -> bw.Case:
 
     x_path, y_path = paths(ctx.data_dir, "npy")
     x, y = jnp.asarray(np.load(x_path)), jnp.asarray(np.load(y_path))
-    step = jax.jit(jax.value_and_grad(_loss(op, jnp, jax.nn.relu, jax.nn.softplus)))
+    step = jax.jit(jax.value_and_grad(_loss(op, jnp, jax.nn)))
     params = jax.tree.map(jnp.asarray, _start(op))
 
     def run() -> Any:
@@ -379,6 +390,7 @@ OP_LABELS = {
     (STREAM_SUM, "value_and_grad"): "least squares value_and_grad",
     (STREAM_SUM, "logistic"): "logistic regression value_and_grad",
     (STREAM_SUM, "mlp"): f"{COLS}-{LOSS_HIDDEN}-1 MLP, logistic loss, value_and_grad",
+    (STREAM_SUM, "softmax"): "2-class softmax regression value_and_grad",
 }
 
 #: (workload, engine) -> runner(ctx, op, fmt) -> Case.

@@ -171,7 +171,8 @@ def test_layout_reads_each_leaf_once_at_the_box_of_its_uses():
     from oocarr.ops.elementwise import BINARY
     from oocarr.ops.matmul import RowMatmul
 
-    product = fused.fused_locator(RowMatmul, [a, w], (N, D), "f4")
+    node = RowMatmul((N, D), (D, D)).fused_node()
+    product = fused.fused_locator(RowMatmul, [a, w], (N, D), "f4", node=node)
     spec_loc = fused.fused_locator(
         BINARY["subtract"], [fused.Leaf.stored(product, (N, D)), a], (N, D), "f4"
     )

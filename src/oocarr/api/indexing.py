@@ -25,7 +25,7 @@ from oocarr.errors import InvalidArgumentError, NotSupportedError, ShapeMismatch
 from oocarr.jaxlayer.disk_array import DiskArray, DiskArrayType, is_disk
 from oocarr.jaxlayer.make_op import make_op
 from oocarr.ops.slicing import Slice
-from oocarr.ops.take import Take
+from oocarr.ops.take import Take, checked_indices
 from oocarr.store.views import key_region
 
 __all__ = ["take", "install_indexing"]
@@ -74,7 +74,14 @@ def take(x: Any, indices: Any, /, *, axis: int | None = None) -> Any:
 
 
 def _gather(x: Any, positions: Any, axis: int) -> Any:
-    """``x`` with ``positions.shape[1]`` axes from ``axis`` replaced by the rows of positions."""
+    """``x`` with ``positions.shape[1]`` axes from ``axis`` replaced by the rows of positions.
+
+    Positions known here (NumPy) are checked now, so a gather along an axis after the first
+    fuses under ``jax.jit`` (:class:`~oocarr.ops.take.RowTake`); traced ones are checked when
+    the stored op reads them."""
+    if isinstance(positions, np.ndarray):
+        positions = checked_indices(positions, tuple(x.shape), axis)
+        return _take(x, positions, axis=axis, checked=True)
     return _take(x, positions, axis=axis)
 
 

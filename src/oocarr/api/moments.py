@@ -15,6 +15,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from oocarr.engine import fused
 from oocarr.engine.budget import memory_budget_bytes
 from oocarr.jaxlayer import traced_leaves
 from oocarr.jaxlayer.disk_array import DiskArrayType, is_disk
@@ -32,7 +33,8 @@ _moments = make_op(Moments, in_memory=True)
 def moments(x: Any, axis: Any) -> tuple[Any, Any] | None:
     """``(mean, m2)`` of ``x`` over ``axis`` (the mean, and the sum of squared deviations from
     it) from one pass shared by every call on this ``x`` and axes in the jitted function being
-    traced; ``None`` outside a staged trace, for an array that is not stored and floating, or
+    traced; ``None`` outside a staged trace, for an array that is not stored and floating, for
+    statistics within the rows of a fused array (they fuse into it as a row-local node), or
     for statistics too large to hold in memory.
 
     Examples
@@ -49,6 +51,8 @@ def moments(x: Any, axis: Any) -> tuple[Any, Any] | None:
     if not isinstance(aval, DiskArrayType) or np.dtype(aval.dtype).kind != "f":
         return None
     axes = normalize_axes(axis, len(aval.shape))
+    if 0 not in axes and fused.is_fused(aval.locator):
+        return None  # statistics within rows of an expression fuse into it (a row-local node)
     kept = math.prod(n for i, n in enumerate(aval.shape) if i not in axes)
     if 2 * kept * np.dtype(aval.dtype).itemsize > memory_budget_bytes() // IN_MEMORY_SHARE:
         return None

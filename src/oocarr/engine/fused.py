@@ -261,6 +261,7 @@ def fused_locator(
     shape: Sequence[int],
     dtype: Any,
     vjp: int | None = None,
+    node: dict[str, Any] | None = None,
 ) -> Locator:
     """The locator of ``op_class`` applied to ``leaves``: a fused array of ``shape``, ``dtype``.
 
@@ -268,7 +269,8 @@ def fused_locator(
     merged), so a chain is one expression evaluated in one function; equal
     leaves are read once.  With ``vjp=i``, the array is the cotangent of the
     op's input ``i``: the last leaf is the output's cotangent, the others the
-    op's inputs.
+    op's inputs.  ``node`` is what the op's node holds besides (its
+    :meth:`~oocarr.engine.op.Op.fused_node`: a row-local op's ``lead`` and ``params``).
 
     Examples
     --------
@@ -300,7 +302,7 @@ def fused_locator(
         else:
             args.append({"leaf": leaf_index(spec)})
     path = f"{op_class.__module__}:{op_class.__qualname__}"
-    expr = {"op": path, "args": args, "shape": list(shape)}
+    expr = {**(node or {}), "op": path, "args": args, "shape": list(shape)}
     if vjp is not None:
         expr["vjp"] = vjp
     url = json.dumps({"expr": expr, "leaves": merged}, sort_keys=True)
@@ -387,7 +389,7 @@ def expression(program_json: str, cuts_json: str = "null") -> Any:
             if "leaf" in node:
                 return cut(leaves[node["leaf"]])
             cls = op_class(node["op"])
-            fn = cls.fn
+            fn = functools.partial(cls.fn, **_params(node))
             args = [value(a) for a in node["args"]]
             if "vjp" not in node:
                 out = fn(*args)
@@ -403,6 +405,11 @@ def expression(program_json: str, cuts_json: str = "null") -> Any:
         return value(program["expr"])
 
     return evaluate
+
+
+def _params(node: dict[str, Any]) -> dict[str, Any]:
+    """A node's ``params`` as its ``fn`` takes them (JSON's lists of axes as tuples)."""
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in node.get("params", {}).items()}
 
 
 @functools.lru_cache(maxsize=256)

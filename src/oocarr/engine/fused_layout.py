@@ -2,8 +2,9 @@
 
 A fused expression (:mod:`oocarr.engine.fused`) is a tree of op nodes over leaves.  An
 elementwise node maps a region of its output to each argument by broadcasting; a *row-local*
-node (``x @ w`` with ``w`` in memory: the op class says ``row_local``) maps only the leading
-axes it keeps and needs its argument's last axis whole, and ``w`` whole.  :func:`layout` walks
+node (``x @ w`` with ``w`` in memory, a softmax or a reduction along the axes after the first:
+the op class says ``row_local``) maps only the node's ``lead`` axes and needs its first
+argument whole along the others, and its other arguments (``w``) whole.  :func:`layout` walks
 the tree for one region and gives each leaf's read region (the box around its uses) and the
 *cuts*: what each use and each row-local node's result must be sliced to, where that is not
 all of it.  :func:`row_roles` says whether the whole expression separates by rows: each stored
@@ -96,11 +97,11 @@ def _walk(spec: dict[str, Any], region: Region) -> tuple[list[list[Region]], lis
             order.append(("leaf", (node["leaf"], want)))
             return
         if _is_row_local(node):
-            x, w = node["args"]
-            x_shape, shape = _shape(x, leaves), _shape(node, leaves)
-            lead = len(x_shape) - 1
-            visit(x, (*want[:lead], slice(0, x_shape[-1])))
-            visit(w, _whole(_shape(w, leaves)))
+            x, *rest = node["args"]
+            x_shape, shape, lead = _shape(x, leaves), _shape(node, leaves), node["lead"]
+            visit(x, (*want[:lead], *_whole(x_shape[lead:])))
+            for w in rest:
+                visit(w, _whole(_shape(w, leaves)))
             computed = (*want[:lead], *_whole(shape[lead:]))
             computed_elements += math.prod(r.stop - r.start for r in computed)
             order.append(("node", _relative(want, computed)))
@@ -123,7 +124,7 @@ def layout(spec: dict[str, Any], region: Region) -> tuple[list[Region], Cut | No
     --------
     >>> leaves = [{"shape": [6, 3]}, {"shape": [3, 2]}]
     >>> matmul = {"op": "oocarr.ops.matmul:RowMatmul", "args": [{"leaf": 0}, {"leaf": 1}],
-    ...           "shape": [6, 2]}
+    ...           "shape": [6, 2], "lead": 1}
     >>> layout({"expr": matmul, "leaves": leaves}, (slice(2, 4), slice(0, 2)))
     ([(slice(2, 4, None), slice(0, 3, None)), (slice(0, 3, None), slice(0, 2, None))], None)
     >>> layout({"expr": matmul, "leaves": leaves}, (slice(2, 4), slice(1, 2)))[1]
@@ -143,7 +144,7 @@ def computed_elements(spec: dict[str, Any], region: Region) -> int:
     --------
     >>> leaves = [{"shape": [6, 3]}, {"shape": [3, 2]}]
     >>> matmul = {"op": "oocarr.ops.matmul:RowMatmul", "args": [{"leaf": 0}, {"leaf": 1}],
-    ...           "shape": [6, 2]}
+    ...           "shape": [6, 2], "lead": 1}
     >>> computed_elements({"expr": matmul, "leaves": leaves}, (slice(0, 4), slice(1, 2)))
     8
     """
@@ -194,8 +195,8 @@ def row_roles(spec: dict[str, Any]) -> list[str] | None:
             roles[i] = role
             return True
         if _is_row_local(node):
-            x, w = node["args"]
-            return visit(x, aligned) and visit(w, False)
+            x, *rest = node["args"]
+            return visit(x, aligned) and all(visit(w, False) for w in rest)
         shape = _shape(node, leaves)
         for arg in node["args"]:
             s = _shape(arg, leaves)
@@ -217,7 +218,7 @@ def row_elements(spec: dict[str, Any]) -> int:
     --------
     >>> leaves = [{"shape": [6, 3]}, {"shape": [3, 2]}]
     >>> matmul = {"op": "oocarr.ops.matmul:RowMatmul", "args": [{"leaf": 0}, {"leaf": 1}],
-    ...           "shape": [6, 2]}
+    ...           "shape": [6, 2], "lead": 1}
     >>> row_elements({"expr": matmul, "leaves": leaves})
     4
     """

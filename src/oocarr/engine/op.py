@@ -80,6 +80,15 @@ class Op:
     whole_budget: bool = False
     #: The backward pass also reads the forward output (``(g, out, *blocks)`` for block ops).
     needs_output: bool = False
+    #: Under ``jax.jit`` a call of this op on stored arrays writes nothing: its output is a
+    #: fused array (:mod:`oocarr.engine.fused`) whose consumers evaluate the class's ``fn``
+    #: on their tiles (elementwise ops; the row-local forms :meth:`fused_form` gives).
+    fusable: bool = False
+    #: A fusable op whose output rows each need only the same rows of its first input (read
+    #: whole beyond its :meth:`fused_node`'s ``lead`` axes) and all of its other inputs: ``x @
+    #: w`` with ``w`` in memory, a softmax or reduction along axes after the first, a ``take``
+    #: along them.
+    row_local: bool = False
 
     def __init__(self, *shapes: Sequence[int], **params: Any) -> None:
         self.in_shapes = tuple(tuple(int(n) for n in s) for s in shapes)
@@ -88,6 +97,33 @@ class Op:
 
     def compute_output_shape(self) -> tuple[int, ...]:
         raise NotImplementedError
+
+    def fused_form(self, stored: Sequence[bool]) -> Op | None:
+        """The op a traced call with these inputs (``stored[i]``: input ``i`` is a stored
+        array) fuses as, or ``None`` when it runs as a stored op.
+
+        Examples
+        --------
+        >>> from oocarr.ops.elementwise import Add
+        >>> op = Add((4,), (4,))
+        >>> op.fused_form([True, False]) is op
+        True
+        """
+        return self if self.fusable else None
+
+    def fused_node(self) -> dict[str, Any]:
+        """What a fused expression's node of this op holds besides its class, arguments and
+        shape: for a row-local op, ``lead`` (how many leading axes its output shares with its
+        first input, which is read whole along the others) and ``params`` (JSON: the keyword
+        arguments of the class's ``fn``).
+
+        Examples
+        --------
+        >>> from oocarr.ops.elementwise import Add
+        >>> Add((4,), (4,)).fused_node()
+        {}
+        """
+        return {}
 
     def tile_itemsize(self, dtypes: Sequence[np.dtype], plan: Plan | None = None) -> int:
         """Bytes each element of the forward pass's tile-sized buffers is counted at, for
@@ -176,13 +212,6 @@ class BlockParallelOp(Op):
     (4, 3)
     """
 
-    #: Under ``jax.jit`` a call of this op on stored arrays writes nothing: its output is a
-    #: fused array (:mod:`oocarr.engine.fused`) whose consumers evaluate the class's ``fn``
-    #: on their tiles (elementwise ops).
-    fusable: bool = False
-    #: A fusable op whose output rows each need only the same rows of its first input, all of
-    #: that input's last axis and all of its other inputs (``x @ w``, ``w`` in memory).
-    row_local: bool = False
     #: How edge blocks are padded to the full tile shape (``numpy.pad`` mode): zeros suit
     #: sums and products; elementwise ops repeat the edge so padding stays in their domain.
     pad_mode: str = "constant"
@@ -195,19 +224,6 @@ class BlockParallelOp(Op):
     #: Axes of the input blocks padded before their elements rather than after (and whose
     #: gradients are cropped from their end): a block function that reverses an axis.
     pad_front: tuple[int, ...] = ()
-
-    def fused_form(self, stored: Sequence[bool]) -> BlockParallelOp | None:
-        """The op a traced call with these inputs (``stored[i]``: input ``i`` is a stored
-        array) fuses as, or ``None`` when it runs as a stored op.
-
-        Examples
-        --------
-        >>> from oocarr.ops.elementwise import Add
-        >>> op = Add((4,), (4,))
-        >>> op.fused_form([True, False]) is op
-        True
-        """
-        return self if self.fusable else None
 
     # -- what subclasses define -------------------------------------------
     def index_map(self, out_region: Region, plan: Plan) -> Iterator[tuple[Region, ...]]:

@@ -32,7 +32,7 @@ from jax.experimental.hijax import ShapedArray, VJPHiPrimitive, Zero
 from oocarr.engine import fused
 from oocarr.engine.budget import memory_budget_bytes
 from oocarr.engine.io import Operand
-from oocarr.engine.op import BlockParallelOp, CustomOp
+from oocarr.engine.op import BlockParallelOp, CustomOp, Op
 from oocarr.engine.run import OOCAlgorithm
 from oocarr.engine.stats import call_site
 from oocarr.errors import ShapeMismatchError
@@ -224,7 +224,7 @@ class FusedForward(Forward):
 
     def __init__(
         self,
-        op: BlockParallelOp,
+        op: Op,
         in_avals: tuple,
         out_aval: DiskArrayType,
         slots: tuple,
@@ -260,7 +260,7 @@ def _fused_call(op: Any, args: tuple, avals: tuple) -> FusedForward | None:
     op: eagerly (nothing is traced), with no stored input, or a row-local op whose rows do
     not fit the budget.  Its traced leaves are remembered for a fused sum
     (:mod:`.fused_sum`)."""
-    if not isinstance(op, BlockParallelOp) or op.output_shape == ():
+    if not isinstance(op, Op) or op.output_shape == ():
         return None
     # an eager grad runs each op now and deletes its intermediates' gradients with them,
     # which a fused intermediate (no storage, no lifetime) would leak: staged traces only
@@ -275,7 +275,7 @@ def _fused_call(op: Any, args: tuple, avals: tuple) -> FusedForward | None:
     leaves = [_leaf(aval, arg, held, token) for arg, aval in zip(args, avals)]
     slots = tuple(i for i, leaf in enumerate(leaves) if "slot" in leaf.spec)
     dtype = np.dtype(op.result_dtype(*map(_struct, avals)))
-    locator = fused.fused_locator(type(op), leaves, op.output_shape, dtype)
+    locator = fused.fused_locator(type(op), leaves, op.output_shape, dtype, node=op.fused_node())
     out_aval = DiskArrayType(op.output_shape, dtype, locator)
     named = [
         (json.dumps(leaf.spec["locator"], sort_keys=True), arg)
@@ -286,7 +286,7 @@ def _fused_call(op: Any, args: tuple, avals: tuple) -> FusedForward | None:
     return FusedForward(op, avals, out_aval, slots, token)
 
 
-def _rows_fit(op: BlockParallelOp, avals: tuple) -> bool:
+def _rows_fit(op: Op, avals: tuple) -> bool:
     """Whether a row-local op's consumers can read it under the budget in force: its stored
     leaves' drivers' buffers for a chunk each, and a few rows of its input and output (a
     consumer reads whole rows of its input, where the stored op would cut them)."""

@@ -223,6 +223,10 @@ class RowMatmul(Matmul):
     row_local = True
     fn = staticmethod(jnp.matmul)
 
+    def fused_node(self) -> dict[str, Any]:
+        """Its rows are the leading axes of ``x`` but the last."""
+        return {"lead": len(self.in_shapes[0]) - 1}
+
 
 #: The widest k-panel folded by the host BLAS: the GEMM of a 4096² tile runs as fast with it
 #: as with wider ones (235 GFLOP/s against 243 for 4096, 2 cores), and a tile of several

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -12,7 +13,20 @@ import numpy as np
 from oocarr.engine.op import BlockParallelOp, HostBlock, Plan, Region, grow_block
 from oocarr.errors import InvalidArgumentError
 
-__all__ = ["Sum", "Mean", "Moments", "Max", "Min", "LogSumExp", "normalize_axes"]
+__all__ = [
+    "Sum",
+    "Mean",
+    "Moments",
+    "Max",
+    "Min",
+    "LogSumExp",
+    "RowSum",
+    "RowMean",
+    "RowMax",
+    "RowMin",
+    "RowLogSumExp",
+    "normalize_axes",
+]
 
 
 def normalize_axes(axis, ndim: int) -> tuple[int, ...]:
@@ -104,6 +118,15 @@ class Sum(BlockParallelOp):
 
     def forward_block(self, block: jax.Array) -> jax.Array:
         return jnp.sum(block, axis=self.axes, keepdims=self.params.get("keepdims", False))
+
+    def fused_form(self, stored: Sequence[bool]) -> BlockParallelOp | None:
+        """Over axes after the first, of a stored array, a sum, mean, maximum, minimum or
+        logsumexp fuses as its row-local form (:class:`RowSum` ...); otherwise it runs as a
+        stored op."""
+        row_form = _ROW_FORMS.get(type(self))
+        if row_form is None or list(stored) != [True] or not self.axes or 0 in self.axes:
+            return None
+        return row_form(*self.in_shapes, **self.params)
 
     def cotangent_scale(self) -> float | None:
         """1 where the output's cotangent broadcasts against the input (every axis summed, or
@@ -336,3 +359,58 @@ class LogSumExp(Max):
 
     def backward_block(self, g: jax.Array, out: jax.Array, block: jax.Array) -> tuple:
         return ((self._expand(g) * jnp.exp(block - self._expand(out))).astype(block.dtype),)
+
+
+class _RowReduction:
+    """The row-local form of a reduction over axes after the first: each output row needs only
+    the same row of its input, so under ``jax.jit`` the call fuses (a row-local node of a fused
+    array, evaluated on its consumer's row tiles) instead of writing its result.  Its math on a
+    whole row is the reduction's own block math; its gradient is the reduction's."""
+
+    fusable = True
+    row_local = True
+
+    @classmethod
+    def fn(cls, x: jax.Array, axis: tuple[int, ...], keepdims: bool) -> jax.Array:
+        op = cls(x.shape, axis=axis, keepdims=keepdims)
+        return op.finish(op.forward_block(x))
+
+    def fused_node(self) -> dict[str, Any]:
+        params = {"axis": list(self.axes), "keepdims": bool(self.params.get("keepdims", False))}
+        return {"lead": self.axes[0], "params": params}
+
+
+class RowSum(_RowReduction, Sum):
+    """:class:`Sum` over axes after the first, fused by rows.
+
+    Examples
+    --------
+    >>> op = Sum((100, 8), axis=-1).fused_form([True])
+    >>> type(op).__name__, op.fused_node()
+    ('RowSum', {'lead': 1, 'params': {'axis': [1], 'keepdims': False}})
+    """
+
+
+class RowMean(_RowReduction, Mean):
+    """:class:`Mean` over axes after the first, fused by rows."""
+
+
+class RowMax(_RowReduction, Max):
+    """:class:`Max` over axes after the first, fused by rows."""
+
+
+class RowMin(_RowReduction, Min):
+    """:class:`Min` over axes after the first, fused by rows."""
+
+
+class RowLogSumExp(_RowReduction, LogSumExp):
+    """:class:`LogSumExp` over axes after the first, fused by rows."""
+
+
+_ROW_FORMS: dict[type, type] = {
+    Sum: RowSum,
+    Mean: RowMean,
+    Max: RowMax,
+    Min: RowMin,
+    LogSumExp: RowLogSumExp,
+}

@@ -11,7 +11,8 @@ the forward output ``y`` per panel.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -20,7 +21,7 @@ import numpy as np
 from oocarr.engine.op import CustomOp, Region, Run
 from oocarr.errors import InvalidArgumentError
 
-__all__ = ["Softmax"]
+__all__ = ["RowSoftmax", "Softmax"]
 
 
 class Softmax(CustomOp):
@@ -61,6 +62,13 @@ class Softmax(CustomOp):
                 ],
                 tile,
             )
+
+    def fused_form(self, stored: Sequence[bool]) -> RowSoftmax | None:
+        """Along an axis after the first, of a stored array, the call fuses as a
+        :class:`RowSoftmax`; otherwise it runs as a stored op."""
+        if list(stored) != [True] or self.axis == 0:
+            return None
+        return RowSoftmax(*self.in_shapes, **self.params)
 
     # -- block math (compiled once per op) ----------------------------------
     def _stats_block(self, m: jax.Array, s: jax.Array, block: jax.Array) -> tuple:
@@ -127,3 +135,32 @@ class Softmax(CustomOp):
             run.accumulate(
                 0, region, run.crop(grad(run.pad(g, tile), run.pad(y, tile), acc), region)
             )
+
+
+def _softmax_rows(x: jax.Array, axis: int) -> jax.Array:
+    """:class:`Softmax`'s math on whole rows: ``exp(x - max) / sum(exp(x - max))``."""
+    x = x.astype(jnp.promote_types(x.dtype, jnp.float32))
+    m = jnp.max(x, axis=axis, keepdims=True)
+    e = jnp.exp(x - jnp.where(jnp.isfinite(m), m, 0))
+    return e / jnp.sum(e, axis=axis, keepdims=True)
+
+
+class RowSoftmax(Softmax):
+    """``softmax(x, axis)`` of a stored ``x`` along an axis after the first: each output row
+    needs only the same row of ``x``, so under ``jax.jit`` the call fuses (a row-local node of
+    a fused array, evaluated on its consumer's row tiles) instead of writing its result.  Its
+    gradient is :class:`Softmax`'s.
+
+    Examples
+    --------
+    >>> op = Softmax((100, 8), axis=-1).fused_form([True])
+    >>> type(op).__name__, op.fused_node()
+    ('RowSoftmax', {'lead': 1, 'params': {'axis': 1}})
+    """
+
+    fusable = True
+    row_local = True
+    fn = staticmethod(_softmax_rows)
+
+    def fused_node(self) -> dict[str, Any]:
+        return {"lead": self.axis, "params": {"axis": self.axis}}

@@ -11,15 +11,39 @@ The gradient adds each row's cotangent back at its position, duplicates summed.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from oocarr.engine.op import CustomOp, Region, Run
 from oocarr.errors import InvalidArgumentError, ShapeMismatchError
 
-__all__ = ["Take"]
+__all__ = ["RowTake", "Take", "checked_indices"]
+
+
+def checked_indices(indices: np.ndarray, shape: Sequence[int], axis: int) -> np.ndarray:
+    """``indices`` (``m × k`` integers) into the ``k`` axes of ``shape`` from ``axis``, bounds
+    checked and made non-negative (``int64``, as NumPy holds an index).
+
+    Examples
+    --------
+    >>> checked_indices(np.array([[-1], [0]]), (4, 3), 1).ravel().tolist()
+    [2, 0]
+    """
+    if indices.dtype.kind not in "iu":
+        raise InvalidArgumentError(f"take: indices must be integers, got {indices.dtype}")
+    sizes = np.array(shape[axis : axis + indices.shape[1]])
+    bad = (indices < -sizes) | (indices >= sizes)
+    if bad.any():
+        row = int(np.argwhere(bad.any(axis=1))[0, 0])
+        raise InvalidArgumentError(
+            f"index {indices[row].tolist()} is out of bounds for axes of size "
+            f"{sizes.tolist()} (array of shape {tuple(shape)})"
+        )
+    return np.where(indices < 0, indices + sizes, indices).astype(np.int64)
 
 
 class Take(CustomOp):
@@ -51,17 +75,17 @@ class Take(CustomOp):
         and made non-negative."""
         reader = run.inputs[1]
         indices = np.asarray(reader.read(tuple(slice(0, n) for n in reader.shape)))
-        if indices.dtype.kind not in "iu":
-            raise InvalidArgumentError(f"take: indices must be integers, got {indices.dtype}")
-        sizes = np.array(self.in_shapes[0][self.axis : self.axis + self.depth])
-        bad = (indices < -sizes) | (indices >= sizes)
-        if bad.any():
-            row = int(np.argwhere(bad.any(axis=1))[0, 0])
-            raise InvalidArgumentError(
-                f"index {indices[row].tolist()} is out of bounds for axes of size "
-                f"{sizes.tolist()} (array of shape {self.in_shapes[0]})"
-            )
-        return np.where(indices < 0, indices + sizes, indices).astype(np.int64)
+        return checked_indices(indices, self.in_shapes[0], self.axis)
+
+    def fused_form(self, stored: Sequence[bool]) -> RowTake | None:
+        """Along one axis after the first, of a stored array, with in-memory indices already
+        checked (``checked=True``: :func:`checked_indices`), the call fuses as a
+        :class:`RowTake`; otherwise it runs as a stored op."""
+        if list(stored) != [True, False] or self.axis == 0 or self.depth != 1:
+            return None
+        if not self.params.get("checked", False):
+            return None  # a traced index array is only checked when the stored op reads it
+        return RowTake(*self.in_shapes, **self.params)
 
     def _runs(
         self, region: Region, rows: np.ndarray
@@ -127,3 +151,29 @@ class Take(CustomOp):
                 part = np.take(summed, where, axis=axis)
                 flat[(slice(None),) * axis + (offsets,)] = part.reshape(*part.shape[: axis + 1], -1)
                 run.accumulate(0, read, grad)
+
+
+def _take_rows(x: jax.Array, indices: jax.Array, axis: int) -> jax.Array:
+    """:class:`Take` of one axis on whole rows, its indices checked (never clipped)."""
+    return jnp.take(x, indices[:, 0], axis=axis, mode="clip")
+
+
+class RowTake(Take):
+    """``take(x, indices, axis)`` of a stored ``x`` along an axis after the first, with checked
+    in-memory indices: each output row needs only the same row of ``x``, so under ``jax.jit``
+    the call fuses (a row-local node of a fused array) instead of writing its result.  Its
+    gradient is :class:`Take`'s.
+
+    Examples
+    --------
+    >>> op = Take((100, 8), (3, 1), axis=1, checked=True).fused_form([True, False])
+    >>> type(op).__name__, op.output_shape, op.fused_node()
+    ('RowTake', (100, 3), {'lead': 1, 'params': {'axis': 1}})
+    """
+
+    fusable = True
+    row_local = True
+    fn = staticmethod(_take_rows)
+
+    def fused_node(self) -> dict[str, Any]:
+        return {"lead": self.axis, "params": {"axis": self.axis}}

@@ -256,7 +256,8 @@ class FusedForward(Forward):
 def _fused_call(op: Any, args: tuple, avals: tuple) -> FusedForward | None:
     """The fused primitive of a call on ``args`` (as the caller gave them: under ``jit``, a
     Python scalar is a constant, its ``jnp.asarray`` a tracer) of an op with a fused form
-    (elementwise ops; ``X @ w`` with ``w`` in memory), or ``None`` when it runs as a stored
+    (elementwise ops; the row-local ones: ``X @ w`` with ``w`` in memory, a softmax, a
+    reduction or a ``take`` within rows), or ``None`` when it runs as a stored
     op: eagerly (nothing is traced), with no stored input, or a row-local op whose rows do
     not fit the budget.  Its traced leaves are remembered for a fused sum
     (:mod:`.fused_sum`)."""

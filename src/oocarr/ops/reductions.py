@@ -342,7 +342,11 @@ class LogSumExp(Max):
     tile_itemsize = BlockParallelOp.tile_itemsize
 
     def forward_block(self, block: jax.Array) -> tuple[jax.Array, jax.Array]:
-        m = jnp.max(block, axis=self.axes, keepdims=True)
+        # the shift's own gradient cancels: held constant, as jax.nn.logsumexp holds it, a
+        # fused row's backward pass is the softmax alone, not also a maximum's mask (2-class
+        # softmax regression value_and_grad, 4194304 rows, HDF5 warm: 0.84x stream_sum with
+        # the mask, 1.04x without; medians of 8 interleaved calls)
+        m = jax.lax.stop_gradient(jnp.max(block, axis=self.axes, keepdims=True))
         m = jnp.where(jnp.isfinite(m), m, 0)
         s = jnp.sum(jnp.exp(block - m), axis=self.axes, keepdims=True)
         return m, s

@@ -57,8 +57,9 @@ Workloads 12-14 (``scripts/bench_training.py``) are issue 35's, the training pat
 (a user's own jitted MLP step, 400 steps, in a worker that imported oocarr beside one that
 never did), ``train`` (an MLP epoch through ``oocarr.batches`` from HDF5, Zarr and ``.npy``,
 in order and shuffled, under a budget of an eighth of the dataset, beside the same loop over
-in-memory NumPy in a worker without oocarr) and ``stream-sum`` (1 GiB least squares
-``value_and_grad`` beside in-memory JAX). They add about 3 GiB of data at full size:
+in-memory NumPy in a worker without oocarr) and ``stream-sum`` (1 GiB least squares,
+logistic regression, MLP and softmax regression ``value_and_grad``, by ``stream_sum`` and
+written op by op, beside in-memory JAX). They add about 3 GiB of data at full size:
 
     python scripts/bench.py --only step-tax,train,stream-sum
 

@@ -7,6 +7,14 @@ matched to the storage), a plain read loop over the same driver (h5py ``read_dir
     python scripts/bench.py --quick                      # about 2 minutes on 2 cores
     python scripts/bench.py --json out.json --markdown out.md
     python scripts/bench.py --only sum,matmul --repeats 5 --budget 512MB
+    python scripts/bench.py --quick --plot charts/        # and a PNG chart per workload
+
+``--plot DIR`` draws each workload's speed ratios to its peers as ``DIR/NN-name.png``
+(``scripts/bench_plot.py``; matplotlib, in the ``bench`` extra); with ``--from`` it draws
+them from results files written earlier, without running anything, a later file's
+workloads replacing an earlier one's:
+
+    python scripts/bench.py --plot docs/images/bench --from full.json stream-sum.json
 
 Data files are written once under ``--dir`` (default ``$OOCARR_BENCH_DIR`` or
 ``/tmp/oocarr-bench``), in a subdirectory per size, and reused: about 37 GiB at full size,
@@ -646,6 +654,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="results (default DIR/SIZE/results.json)",
     )
     add("--markdown", metavar="OUT.md", help="the table and the machine description")
+    add("--plot", metavar="DIR", help="draw each workload's ratios to its peers as DIR/NN-name.png")
+    add(
+        "--from",
+        dest="from_json",
+        nargs="+",
+        metavar="RESULTS.json",
+        help="with --plot: draw from these results (a later file's workloads replace an earlier "
+        "one's) instead of running",
+    )
     names = ",".join(f"{w.number}:{name}" for name, w in WORKLOADS.items())
     add("--only", metavar="WORKLOAD,...", help=f"workloads by name or number ({names})")
     add(
@@ -661,7 +678,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "added to those workloads)",
     )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.from_json and not args.plot:
+        parser.error("--from needs --plot DIR")
+    return args
 
 
 def _selected(only: str | None, executor: str | None = None) -> list[str]:
@@ -1138,20 +1158,26 @@ COLUMNS = [
 ]
 
 
+def row_label(r: dict[str, Any]) -> str:
+    """The workload column of row ``r``: its operation, and oocarr's engine unless plain."""
+    if r["workload"] == bm.WORKLOAD:
+        what = bm.op_label(r["op"])
+    elif r["workload"] in bt.WORKLOADS:
+        what = bt.OP_LABELS[r["workload"], r["op"]]
+    elif r["workload"] in bl.WORKLOADS:
+        what = bl.OP_LABELS[r["op"]]
+    else:
+        what = OP_LABELS[r["op"]]
+    if r["oocarr_engine"] != "oocarr":
+        what += f" ({SUBJECT_LABELS[r['oocarr_engine']]})"
+    return what
+
+
 def table_lines(rows: list[dict[str, Any]]) -> list[str]:
     """The Markdown table of ``rows``."""
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in rows:
-        if r["workload"] == bm.WORKLOAD:
-            what = bm.op_label(r["op"])
-        elif r["workload"] in bt.WORKLOADS:
-            what = bt.OP_LABELS[r["workload"], r["op"]]
-        elif r["workload"] in bl.WORKLOADS:
-            what = bl.OP_LABELS[r["op"]]
-        else:
-            what = OP_LABELS[r["op"]]
-        if r["oocarr_engine"] != "oocarr":
-            what += f" ({SUBJECT_LABELS[r['oocarr_engine']]})"
+        what = row_label(r)
         mine = _seconds(r["oocarr_median"])
         ratios = [_ratio_cell(p) for p in r["peers"]]
         peers = [f"{p['label']} {_seconds(p['median'])}" for p in r["peers"]]
@@ -1281,6 +1307,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         worker_main(args.worker)
         return 0
+    if args.from_json:
+        reports = []
+        for path in args.from_json:
+            with open(path) as f:
+                reports.append(json.load(f))
+        plot(reports, args.plot)
+        return 0
+    if args.plot:
+        import_plotting()  # before an hour of running, not after
     run = make_run(args)
     run.log(f"{run.mode} run of {', '.join(run.workloads)} in {run.data_dir}")
     generated = ensure_data(run)
@@ -1313,8 +1348,27 @@ def main(argv: list[str] | None = None) -> int:
     if failures:
         print("RESULTS DISAGREE; nothing reported:\n  " + "\n  ".join(failures), file=sys.stderr)
         return 1
+    if args.plot:
+        plot([report], args.plot, run.log)
     run.log(f"done in {elapsed:.1f} s")
     return 0
+
+
+def import_plotting() -> Any:
+    """``scripts/bench_plot.py``, or ``SystemExit`` naming the extra when matplotlib is missing."""
+    import bench_plot
+
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise SystemExit(bench_plot.MISSING) from None
+    return bench_plot
+
+
+def plot(reports: list[dict[str, Any]], out_dir: str, log: Callable[[str], None] = print) -> None:
+    """Draw each workload's chart of ``reports`` into ``out_dir``."""
+    for path in import_plotting().plot(reports, out_dir, row_label):
+        log(f"wrote {path}")
 
 
 def _summary(workload: str, check: Any) -> Any:

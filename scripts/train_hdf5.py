@@ -19,6 +19,11 @@ batch and ends with the parameters of an uninterrupted run, bitwise on CPU::
 
     python scripts/train_hdf5.py --mlp-only --workdir w --die-at-step 250   # killed
     python scripts/train_hdf5.py --mlp-only --workdir w --resume --data w/train.h5
+
+``--plot losses.png`` also draws the losses (matplotlib, in the ``bench`` extra): the
+logistic regression's per L-BFGS step, and the MLP's per batch and its mean per epoch::
+
+    python scripts/train_hdf5.py --plot losses.png
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import h5py
@@ -129,12 +135,27 @@ def accuracy_of(model: Callable[[Any, jax.Array], jax.Array]) -> Callable[..., j
 # ----------------------------------------------------------------------------
 # Training
 # ----------------------------------------------------------------------------
+@dataclass
+class Losses:
+    """The losses of a run, ``(step, loss)`` each, for ``--plot``: the logistic regression's
+    objective per L-BFGS step, and the MLP's loss per batch and mean per epoch (at the step
+    that ends the epoch)."""
+
+    lbfgs: list[tuple[int, float]] = field(default_factory=list)
+    batch: list[tuple[int, float]] = field(default_factory=list)
+    epoch: list[tuple[int, float]] = field(default_factory=list)
+
+
 def rate(nbytes: int, rows: int, seconds: float) -> str:
     return f"{rows / seconds:,.0f} rows/s, {nbytes / seconds / 1e6:,.0f} MB/s read"
 
 
-def fit_logistic(x: oocarr.DiskArray, y: oocarr.DiskArray, steps: int, l2: float) -> dict:
-    """L-BFGS on the exact full-batch regularised log loss."""
+def fit_logistic(
+    x: oocarr.DiskArray, y: oocarr.DiskArray, steps: int, l2: float, losses: Losses | None = None
+) -> dict:
+    """L-BFGS on the exact full-batch regularised log loss; each step's objective goes to
+    ``losses.lbfgs``."""
+    losses = losses or Losses()
     log_loss = oocarr.stream_sum(
         lambda p, xb, yb: optax.sigmoid_binary_cross_entropy(linear(p, xb), yb), mean=True
     )
@@ -156,11 +177,13 @@ def fit_logistic(x: oocarr.DiskArray, y: oocarr.DiskArray, steps: int, l2: float
     print(f"logistic regression, L-BFGS on exact full-batch gradients ({steps} steps)")
     start = time.perf_counter()
     p, state, value = step(p, state)  # compiles
+    losses.lbfgs.append((1, float(value)))
     print(f"  step   1  loss {float(value):.5f}  ({time.perf_counter() - start:.1f} s, compiling)")
     start = time.perf_counter()
     with oocarr.io_stats() as stats:
         for i in range(1, steps):
             p, state, value = step(p, state)
+            losses.lbfgs.append((i + 1, float(value)))
             print(f"  step {i + 1:3d}  loss {float(value):.5f}", flush=True)
     seconds = time.perf_counter() - start
     nbytes = stats.total.bytes_read
@@ -188,6 +211,7 @@ def fit_mlp(
     every: int = 0,
     resume: bool = False,
     die_at: int | None = None,
+    losses: Losses | None = None,
 ) -> tuple[list[dict], float]:
     """Minibatch training on shuffled batches read ahead from storage; the parameters and
     the last epoch's mean loss.
@@ -197,8 +221,10 @@ def fit_mlp(
     checkpoint is whole or absent). With ``resume``, training continues from it at exactly
     the next batch, and ends with the parameters of an uninterrupted run, bitwise on CPU.
     ``die_at`` kills this process (SIGKILL, nothing flushed) after that many steps: the
-    demo's preemption.
+    demo's preemption. Each step's loss goes to ``losses.batch``, each epoch's mean to
+    ``losses.epoch``.
     """
+    losses = losses or Losses()
     loader = oocarr.batches(x, y, batch_size=batch_size, shuffle=True, seed=0, drop_last=True)
     tx = mlp_optimizer(epochs * len(loader))
     params = init_mlp(jax.random.key(0), [x.shape[1], hidden, hidden, 1])
@@ -238,6 +264,7 @@ def fit_mlp(
             for xb, yb in loader:
                 params, state, value = step(params, state, xb, yb)
                 total, count, done, steps = total + float(value), count + 1, done + 1, steps + 1
+                losses.batch.append((done, float(value)))
                 if checkpoint and every and done % every == 0:
                     oocarr.save_params(
                         {
@@ -259,6 +286,7 @@ def fit_mlp(
             waits, waited = loader.stats.waits, loader.stats.wait_seconds
         seconds = time.perf_counter() - start
         mean = total / max(count, 1)
+        losses.epoch.append((done, mean))
         print(
             f"  epoch {epoch + 1}  loss {mean:.6f}  {seconds:.1f} s: "
             f"{rate(stats.total.bytes_read, steps * batch_size, seconds)}, "
@@ -270,6 +298,51 @@ def fit_mlp(
     return params, mean
 
 
+# ----------------------------------------------------------------------------
+# The chart of --plot
+# ----------------------------------------------------------------------------
+NO_MATPLOTLIB = "--plot needs matplotlib: pip install 'oocarr[bench]' (or matplotlib)"
+
+
+def require_matplotlib() -> None:
+    """``SystemExit`` naming ``--plot``'s extra when matplotlib is missing."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise SystemExit(NO_MATPLOTLIB) from None
+
+
+def plot_losses(losses: Losses, path: str, title: str) -> Any:
+    """Draw ``losses`` to the PNG ``path``, one panel per model trained; the
+    ``matplotlib.figure.Figure`` (the Agg canvas, no pyplot)."""
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    panels = [p for p in ("lbfgs", "mlp") if p == "mlp" or losses.lbfgs]
+    fig = Figure(figsize=(4.2 * len(panels), 3.4), dpi=100, layout="constrained")
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    for ax, panel in zip(axes, panels):
+        if panel == "lbfgs":
+            ax.plot(*zip(*losses.lbfgs), "o-", color="#4878d0", label="full-batch objective")
+            ax.set_title("logistic regression, L-BFGS", fontsize=10)
+        else:
+            if losses.batch:
+                ax.plot(*zip(*losses.batch), color="#ee854a", alpha=0.6, lw=0.8, label="batch")
+            if losses.epoch:
+                mean = "epoch mean, at its last step"
+                ax.plot(*zip(*losses.epoch), "o-", color="#c44e52", label=mean)
+            ax.set_title("MLP, AdamW on minibatches", fontsize=10)
+        ax.set_xlabel("step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylabel("loss")
+        ax.grid(color="#dddddd", linewidth=0.6)
+        ax.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.savefig(path)
+    print(f"drew the losses to {path}")
+    return fig
+
+
 def same_tree(a: Any, b: Any) -> bool:
     leaves_a, leaves_b = jax.tree.leaves(a), jax.tree.leaves(b)
     return jax.tree.structure(a) == jax.tree.structure(b) and all(
@@ -278,7 +351,8 @@ def same_tree(a: Any, b: Any) -> bool:
     )
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """Train as the command line ``argv`` says (``sys.argv[1:]`` when ``None``)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", help="an HDF5 file with /train/X, /train/y, /test/X, /test/y")
     parser.add_argument("--rows", type=int, default=600_000, help="rows to generate")
@@ -301,7 +375,14 @@ def main() -> None:
     )
     parser.add_argument("--die-at-step", type=int, help="kill this process after that MLP step")
     parser.add_argument("--save-params", help="write the MLP's final parameters here")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="draw the losses to this PNG (needs matplotlib: pip install 'oocarr[bench]')",
+    )
+    args = parser.parse_args(argv)
+    if args.plot:
+        require_matplotlib()  # before training, not after
 
     workdir = args.workdir or tempfile.mkdtemp(prefix="oocarr-train-")
     os.makedirs(workdir, exist_ok=True)
@@ -336,6 +417,8 @@ def main() -> None:
             f"{args.batch_size}: {speed:,.0f} rows/s ({speed / loop:.2f}x the h5py loop)"
         )
 
+    losses = Losses()
+    title = f"{x.shape[0]:,} rows × {x.shape[1]} features, {os.path.basename(path)}"
     checkpoint = os.path.join(workdir, "mlp-checkpoint.h5")
     if args.mlp_only:
         net, mean = fit_mlp(
@@ -348,13 +431,16 @@ def main() -> None:
             args.checkpoint_every,
             args.resume,
             args.die_at_step,
+            losses,
         )
         print(f"final epoch loss {mean!r}")
         if args.save_params:
             oocarr.save_params(net, args.save_params)
+        if args.plot:
+            plot_losses(losses, args.plot, title)
         return
-    logistic = fit_logistic(x, y, args.lbfgs_steps, args.l2)
-    net, _ = fit_mlp(x, y, args.epochs, args.batch_size, args.hidden)
+    logistic = fit_logistic(x, y, args.lbfgs_steps, args.l2, losses)
+    net, _ = fit_mlp(x, y, args.epochs, args.batch_size, args.hidden, losses=losses)
 
     linear_accuracy, mlp_accuracy = accuracy_of(linear), accuracy_of(mlp)
     for name, accuracy, params in (
@@ -369,6 +455,8 @@ def main() -> None:
     restored = oocarr.load_params(checkpoint)
     same = same_tree(restored, {"logistic": logistic, "mlp": net})
     print(f"saved both models to {checkpoint}; reloaded {'identical' if same else 'DIFFERENT'}")
+    if args.plot:
+        plot_losses(losses, args.plot, title)
     if not same:
         sys.exit(1)
     if args.workdir is None and args.data is None:

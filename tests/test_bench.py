@@ -40,6 +40,8 @@ def test_tiny_run_reports_verified_rows_for_each_workload(tmp_path):
         str(out),
         "--markdown",
         str(table),
+        "--plot",
+        str(tmp_path / "charts"),
         "--only",
         ",".join(WORKLOADS),
     ]
@@ -59,6 +61,9 @@ def test_tiny_run_reports_verified_rows_for_each_workload(tmp_path):
     assert report["machine"]["versions"]["oocarr"]
     assert "| workload |" in done.stdout
     assert "CPU" in table.read_text() and "| workload |" in table.read_text()
+    charts = sorted(p.name for p in (tmp_path / "charts").iterdir())
+    assert charts == ["01-sum.png", "03-matmul.png", "06-batches.png"]  # one per workload
+    assert all((tmp_path / "charts" / c).read_bytes()[:4] == b"\x89PNG" for c in charts)
     # the peers' outputs and oocarr's scratch directory are gone; the data files stay
     data = tmp_path / "data" / "tiny"
     assert not (data / "out").exists() and not (data / "scratch").exists()

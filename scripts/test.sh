@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Make a virtual environment, install oocarr with its test extras, lint, run the whole suite,
-# then prove a plain (non-editable) install works from a second, fresh virtual environment.
+# Make a virtual environment, install oocarr with its test extras, lint, prove a plain
+# (non-editable) install works from a second, fresh virtual environment, run the whole suite on
+# Python 3.11, then the smoke run (scripts/smoke.sh) on the other supported Pythons, 3.12 and 3.13
+# (OOCARR_SMOKE_PYTHONS="" skips it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,3 +22,8 @@ rm -rf "$(dirname "$WHEEL_VENV")"
 
 echo "== test suite"
 "$VENV/bin/python" -m pytest -n 2 -q "$@"
+
+for version in ${OOCARR_SMOKE_PYTHONS-3.12 3.13}; do
+    echo "== smoke run on Python $version"
+    scripts/smoke.sh "$version"
+done

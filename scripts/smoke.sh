@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The smoke run on another supported Python: `scripts/smoke.sh 3.12`.
+#
+# In a fresh virtual environment made with that Python: a plain (non-editable) install of
+# oocarr with its smoke extra, the installed-package check, every driver's conformance suite,
+# the CLI's tests and stream_sum's training tests, then scripts/train_hdf5.py on a small dataset.
+# scripts/test.sh runs the whole suite on Python 3.11 and this on 3.12 and 3.13.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+version="${1:?usage: scripts/smoke.sh VERSION (e.g. 3.12)}"
+# pyenv's shim for a version that is installed but not selected exists and fails: try each.
+python=""
+for candidate in "$(command -v "python$version" || true)" \
+    $(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$version".*/bin/python 2>/dev/null | sort -rV); do
+    if [ -n "$candidate" ] && "$candidate" -c "" 2>/dev/null; then
+        python="$candidate"
+        break
+    fi
+done
+if [ -z "$python" ]; then
+    echo "smoke: Python $version not found; install it (pyenv install $version)" >&2
+    exit 1
+fi
+
+work="$(mktemp -d -t "oocarr-smoke-$version-XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+venv="$work/venv"
+"$python" -m venv "$venv"
+"$venv/bin/python" -m pip install --quiet --upgrade pip
+"$venv/bin/python" -m pip install --quiet ".[smoke]"
+echo "smoke: $("$venv/bin/python" --version) in $venv"
+
+(cd "$work" && "$venv/bin/python" "$OLDPWD/scripts/check_install.py")
+
+# The tests import the installed oocarr: src/ is not on the path when pytest runs them here.
+"$venv/bin/python" -m pytest -q -n 2 --no-header \
+    tests/test_conformance.py tests/test_cli.py \
+    tests/test_stream_sum.py::test_value_and_grad_equal_the_in_memory_ones \
+    tests/test_stream_sum.py::test_gradient_descent_reaches_the_least_squares_solution \
+    tests/test_stream_sum.py::test_value_and_grad_reads_the_data_once
+
+"$venv/bin/python" scripts/train_hdf5.py --rows 60000 --features 16 --epochs 1 \
+    --lbfgs-steps 3 --workdir "$work/train" | tail -n 3

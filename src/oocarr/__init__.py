@@ -169,7 +169,7 @@ from .api.statistics import (
     var,
 )
 from .api.storage import create, from_numpy, open, resolve, save, to_numpy
-from .config import config, memory_budget, set_memory_budget
+from .config import config, memory_budget, progress, set_memory_budget
 from .engine.executor import current_executor, executor, set_executor
 from .engine.stats import io_stats
 from .jaxlayer import jnp_errors
@@ -222,6 +222,7 @@ __all__ = [
     # settings and counters
     "config",
     "io_stats",
+    "progress",
     "memory_budget",
     "executor",
     "set_executor",

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from oocarr.engine import plan
+from oocarr.engine import plan, progress
 from oocarr.engine.budget import available_memory, memory_budget_bytes
 from oocarr.engine.copy_tasks import copy_on
 from oocarr.engine.executor import current_executor
@@ -450,6 +450,9 @@ def copy_tiles(
     tiled = dst.with_pages(tile)
     regions = (tiled.block_region(i) for i in tiled.block_grid())
     site = call_site("copy")
+    bar = progress.start(site, tiled.num_blocks)
+    if bar is not None:
+        advance = _shown_on(bar, advance)
     try:
         if on_cluster:
             cluster, nbytes = current_executor(), projection.nbytes
@@ -458,7 +461,20 @@ def copy_tiles(
             source = src.with_pages(tile) if isinstance(src, BlockedArray) else np.asarray(src)
             stream_copy(source, tiled, regions, counts, advance)
     finally:
+        if bar is not None:
+            bar.close()
         record(site, counts)
+
+
+def _shown_on(bar: progress.Bar, advance: Callable[[int], Any] | None) -> Callable[[int], None]:
+    """``advance``, and a tile of ``nbytes`` counted on ``bar``."""
+
+    def step(nbytes: int) -> None:
+        bar.advance(1, nbytes)
+        if advance is not None:
+            advance(nbytes)
+
+    return step
 
 
 def _copies_on_cluster(src: BlockedArray | np.ndarray, dst: BlockedArray) -> bool:

@@ -11,26 +11,9 @@ from typing import Any
 import click
 import numpy as np
 
+from oocarr.engine.progress import human_bytes
+
 __all__ = ["human_bytes", "fmt_shape", "fmt_dtype", "plain", "echo_json", "echo_fields"]
-
-
-def human_bytes(nbytes: float | None) -> str:
-    """Decimal units, as disks and networks count: ``'268.4 MB'``.
-
-    Examples
-    --------
-    >>> human_bytes(268435456), human_bytes(512), human_bytes(None)
-    ('268.4 MB', '512 B', 'unknown')
-    """
-    if nbytes is None:
-        return "unknown"
-    if nbytes < 1000:
-        return f"{nbytes:.0f} B"
-    for unit in ("kB", "MB", "GB", "TB"):
-        nbytes /= 1000
-        if nbytes < 1000 or unit == "TB":
-            return f"{nbytes:.1f} {unit}"
-    raise AssertionError("unreachable")
 
 
 def fmt_shape(shape: Sequence[int] | None) -> str:

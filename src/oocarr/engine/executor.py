@@ -17,9 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-import sys
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -32,6 +30,7 @@ from oocarr.errors import (
 )
 from oocarr.store.locator import Locator
 
+from . import progress as shown_progress
 from .plan import Buffers, Projection, require
 from .stats import IOCounts
 
@@ -71,7 +70,8 @@ class DaskExecutor:
     ) -> None:
         self.client = client
         self.owns_client = owns_client
-        #: Show a call's progress on standard error (``None``: when it is a terminal).
+        #: Show a call's progress when :func:`oocarr.progress` is off: ``None`` where standard
+        #: error is a terminal, ``True`` always, ``False`` never (not even when it is on).
         self.progress = progress
         self._local: bool | None = None
 
@@ -121,14 +121,20 @@ class DaskExecutor:
         """``task.run()`` of every task on the workers, yielded in task order; what the
         workers read is added to ``counts``; each result is released on the cluster once it
         is here, and what is still queued is cancelled when the caller stops early.  A call
-        that lasts shows ``what: done/total tasks`` on standard error (see ``progress``)."""
+        that lasts shows its tasks done of the total (see ``progress`` and
+        :mod:`oocarr.engine.progress`)."""
         if not tasks:
             return
         try:
             futures = self.client.map(_run, list(tasks), retries=RETRIES, pure=False)
         except Exception as err:  # the client is closed or the scheduler is gone
             raise ExecutorError(f"could not submit {len(tasks)} tasks to {self}: {err}") from err
-        shown = TaskProgress(what, len(futures), self.progress)
+        bar = None
+        if self.progress is not False:
+            show, total = self.progress, len(futures)
+            bar = shown_progress.start(
+                what, total, counts, unit="task", show=show, delay=PROGRESS_AFTER
+            )
         try:
             for future in futures:
                 value, worker_counts = self._result(future)
@@ -136,10 +142,12 @@ class DaskExecutor:
                     future.release()
                 if counts is not None:
                     counts.add(worker_counts)
-                shown.advance()
+                if bar is not None:
+                    bar.advance()
                 yield value
         finally:
-            shown.close()
+            if bar is not None:
+                bar.close()
             with contextlib.suppress(Exception):
                 self.client.cancel(futures)
 
@@ -218,54 +226,8 @@ class DaskExecutor:
             raise ExecutorError(f"cannot reach the scheduler of {self}: {err}") from err
 
 
-class TaskProgress:
-    """``what: done/total tasks (elapsed)`` on one standard-error line, redrawn at most every
-    :data:`PROGRESS_EVERY` seconds once a call has run :data:`PROGRESS_AFTER` seconds, and only
-    where standard error is a terminal (unless ``enabled`` says otherwise).
-
-    Examples
-    --------
-    >>> bar = TaskProgress("sum", 3, enabled=False)
-    >>> for _ in range(3):
-    ...     bar.advance()
-    >>> bar.done
-    3
-    """
-
-    def __init__(self, what: str, total: int, enabled: bool | None = None) -> None:
-        self.what, self.total, self.done = what, total, 0
-        if enabled is None:
-            enabled = bool(getattr(sys.stderr, "isatty", lambda: False)())
-        self.enabled = enabled
-        self.start = self._drawn = time.monotonic()
-        self._shown = False
-
-    def advance(self) -> None:
-        """One more task done."""
-        self.done += 1
-        now = time.monotonic()
-        due = not self._shown or now - self._drawn >= PROGRESS_EVERY or self.done == self.total
-        if self.enabled and now - self.start >= PROGRESS_AFTER and due:
-            self._draw(now)
-
-    def close(self) -> None:
-        """End the line, if one was drawn."""
-        if self._shown:
-            self._draw(time.monotonic())
-            sys.stderr.write("\n")
-            sys.stderr.flush()
-            self._shown = False
-
-    def _draw(self, now: float) -> None:
-        seconds = now - self.start
-        sys.stderr.write(f"\r{self.what}: {self.done}/{self.total} tasks ({seconds:.1f} s)")
-        sys.stderr.flush()
-        self._drawn, self._shown = now, True
-
-
-#: Seconds a call runs before its progress is shown, and between redraws.
-PROGRESS_AFTER = 0.5
-PROGRESS_EVERY = 0.2
+#: Seconds a call runs before its progress is shown.
+PROGRESS_AFTER = shown_progress.DELAY
 
 
 def _run(task: Any) -> tuple[bool, Any, IOCounts]:
@@ -358,8 +320,8 @@ def set_executor(client: Any, *, progress: bool | None = None) -> None:
     client : distributed.Client, str or None
         A connected client, a scheduler address (``"tcp://host:8786"``), or ``None``.
     progress : bool, optional
-        Show each call's ``done/total tasks`` on standard error (default: when it is a
-        terminal).
+        Show each call's tasks done of the total while :func:`oocarr.progress` is off
+        (default: when standard error is a terminal); ``False``: never, even when it is on.
 
     Examples
     --------
@@ -387,8 +349,8 @@ def executor(client: Any, *, progress: bool | None = None) -> Iterator[DaskExecu
         A connected client, a scheduler address (connected here and closed when the block
         ends), or ``None`` (run here).
     progress : bool, optional
-        Show each call's ``done/total tasks`` on standard error (default: when it is a
-        terminal).
+        Show each call's tasks done of the total while :func:`oocarr.progress` is off
+        (default: when standard error is a terminal); ``False``: never, even when it is on.
 
     Examples
     --------

@@ -23,6 +23,7 @@ from oocarr.store.blocked import BlockedArray
 from oocarr.store.registry import get_driver
 from oocarr.store.scratch import release, scratch_locator
 
+from . import progress
 from .budget import memory_budget_bytes
 from .compile import block_functions
 from .composed import composed
@@ -404,8 +405,13 @@ class OOCAlgorithm:
 
         acc = total = None
         folded = 0  # steps of this tile's current fold group
-        with WriteBehind(self._write_tile, out) as writer:
-            for (region, last, _), blocks in prefetched(self._steps(plan), read, ahead):
+        with (
+            progress.tracking(self.site, lambda: _count(self._steps(plan)), self.counts) as bar,
+            WriteBehind(self._write_tile, out) as writer,
+        ):
+            for (region, last, _), blocks in progress.counted(
+                prefetched(self._steps(plan), read, ahead), bar
+            ):
                 acc = folder.fold(acc, blocks)
                 del blocks
                 folded += 1
@@ -540,8 +546,12 @@ class OOCAlgorithm:
             for target, r, grad in zip(targets, regions, grads):
                 _accumulate(target, r, grad, self.counts)
 
-        with WriteBehind(accumulate, None) as writer:
-            for step, (tiles, raw) in prefetched(self._steps(plan), read):
+        label = self.site + " (backward)"
+        with (
+            progress.tracking(label, lambda: _count(self._steps(plan)), self.counts) as bar,
+            WriteBehind(accumulate, None) as writer,
+        ):
+            for step, (tiles, raw) in progress.counted(prefetched(self._steps(plan), read), bar):
                 if step[1]:
                     self.counts.tiles += 1
                 grads = gradient(tiles, raw)
@@ -627,6 +637,7 @@ class CustomRun(RunTools):
         self._targets = targets or []
         self._writer: WriteBehind | None = None
         self._target: Any = None
+        self._bar: progress.Bar | None = None
 
     # -- planning ---------------------------------------------------------
     def tile_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -652,6 +663,8 @@ class CustomRun(RunTools):
     def write(self, region: Region, tile: np.ndarray) -> None:
         """Write one finished output tile (behind, while the next computes)."""
         self._algo.counts.tiles += 1
+        if self._bar is not None:
+            self._bar.advance()
         self._writer.submit(region, np.asarray(tile))
 
     def written(self, region: Region) -> np.ndarray:
@@ -681,6 +694,8 @@ class CustomRun(RunTools):
         """Add ``grad`` to input ``i``'s gradient over ``region`` (behind, in order)."""
         if self.wants_grad(i):
             self._algo.counts.tiles += 1
+            if self._bar is not None:
+                self._bar.advance()
             self._writer.submit(i, region, np.asarray(grad))
 
     def _add_grad(self, _: Any, i: int, region: Region, grad: np.ndarray) -> None:
@@ -690,18 +705,26 @@ class CustomRun(RunTools):
         """Run the op's forward loops, writing into ``out`` (a new array when ``None``)."""
         target = np.empty(self.op.output_shape, np.float64) if out is None else out
         self._target = target
-        with WriteBehind(self._algo._write_tile, target) as self._writer:
+        counts = self._algo.counts
+        with (
+            progress.tracking(self._algo.site, None, counts) as self._bar,
+            WriteBehind(self._algo._write_tile, target) as self._writer,
+        ):
             self.op.forward(self)
-        self._writer = None
+        self._writer = self._bar = None
         if out is None:
             return target
         return out if isinstance(out, np.ndarray) else None
 
     def backward(self) -> None:
         """Run the op's backward loops, adding into the gradient targets."""
-        with WriteBehind(self._add_grad, None) as self._writer:
+        label, counts = self._algo.site + " (backward)", self._algo.counts
+        with (
+            progress.tracking(label, None, counts) as self._bar,
+            WriteBehind(self._add_grad, None) as self._writer,
+        ):
             self.op.backward(self)
-        self._writer = None
+        self._writer = self._bar = None
 
 
 class Temporary:
@@ -742,6 +765,10 @@ def temporary_store(shape: tuple[int, ...], dtype: Any) -> Iterator[BlockedArray
         with contextlib.suppress(OSError):
             driver.delete(locator)
         release(locator)
+
+
+def _count(items: Iterator[Any]) -> int:
+    return sum(1 for _ in items)
 
 
 def _accumulate(target: Any, region: Region, grad: np.ndarray, counts: IOCounts) -> None:

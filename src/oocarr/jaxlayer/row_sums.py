@@ -28,7 +28,7 @@ from jax._src import core as jax_core
 from jax._src.interpreters import ad as jax_ad
 from jax.experimental.hijax import ShapedArray, VJPHiPrimitive, Zero
 
-from oocarr.engine import device
+from oocarr.engine import device, progress
 from oocarr.engine.budget import memory_budget_bytes
 from oocarr.engine.compile import BlockFunction
 from oocarr.engine.executor import DaskExecutor, current_executor
@@ -304,7 +304,8 @@ def _stream(
                 # each row tile is read once: into a reused buffer rather than mapped
                 operands.append(Operand(stores[-1], counts, views=False))
         # put on the engine's device once, not once per tile
-        return _loop(spec, wanted, [device.put(x) for x in leaves], operands, counts)
+        leaves = [device.put(x) for x in leaves]
+        return _loop(spec, wanted, leaves, operands, counts, site)
     finally:
         record(site, counts)
         for store in stores:
@@ -337,6 +338,7 @@ def _loop(
     leaves: list[jax.Array],
     operands: list[Operand],
     counts: IOCounts,
+    site: str = "stream_sum",
 ) -> tuple[np.ndarray, ...]:
     n = spec.rows
     tile = _tile_rows(spec, operands)
@@ -348,10 +350,11 @@ def _loop(
         stop = min(start + tile, n)
         return [o.read((slice(start, stop), *(slice(0, d) for d in o.shape[1:]))) for o in operands]
 
-    for _, blocks in prefetched(range(0, n, tile), read):
-        sums.add(tile_partial(spec, wanted, leaves, blocks, tile))
-        counts.tiles += 1
-        del blocks
+    with progress.tracking(site, -(-n // tile), counts) as bar:
+        for _, blocks in progress.counted(prefetched(range(0, n, tile), read), bar):
+            sums.add(tile_partial(spec, wanted, leaves, blocks, tile))
+            counts.tiles += 1
+            del blocks
     return sums.results()
 
 

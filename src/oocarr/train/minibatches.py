@@ -34,6 +34,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from oocarr.engine import progress
 from oocarr.engine.budget import memory_budget_bytes
 from oocarr.engine.host_put import HostPut
 from oocarr.engine.plan import (
@@ -630,6 +631,10 @@ class Epoch:
         self._finalizer: weakref.finalize | None = None
         self._started = time.perf_counter()
         self._done = False
+        # one bar per epoch: the batches this iteration hands out
+        label = f"{site} epoch {self._position['epoch']}"
+        remaining = per_epoch - self._position["batch"] if per_epoch else None
+        self._bar = progress.start(label, remaining, counts, unit="batch")
 
     def __iter__(self) -> Epoch:
         return self
@@ -647,6 +652,8 @@ class Epoch:
         if self.stats.batches == 0:
             self.stats.first_batch_seconds = time.perf_counter() - self._started
         self.stats.batches += 1
+        if self._bar is not None:
+            self._bar.advance()
         return item
 
     def state(self) -> dict[str, Any]:
@@ -727,6 +734,8 @@ class Epoch:
         self.stats.blocks_read = self._counts.pages_read
         self.stats.bytes_read = self._counts.bytes_read
         record(self._site, self._counts)
+        if self._bar is not None:
+            self._bar.close()
 
     def __enter__(self) -> Epoch:
         return self

@@ -8,15 +8,22 @@ in use); the caller turns that into its corrupt-chunk error.
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import numpy as np
 import zstandard
 from numcodecs import blosc as _blosc
 from numcodecs import zstd as _zstd
 
+zlib_impl: ModuleType  # ISA-L's zlib-compatible inflate where it is installed, else zlib
 try:
-    from isal import isal_zlib as zlib_impl
+    from isal import isal_zlib
+
+    zlib_impl = isal_zlib
 except ImportError:  # pragma: no cover - isal has wheels for the common platforms
-    import zlib as zlib_impl
+    import zlib
+
+    zlib_impl = zlib
 
 __all__ = ["inflate", "gunzip", "unblosc", "unzstd"]
 
@@ -80,7 +87,9 @@ def gunzip(data: bytes, limit: int) -> bytes:
     return _inflate(data, limit, GZIP_WBITS, members=True)
 
 
-def unzstd(data, limit: int, out: np.ndarray | None = None) -> bytes | np.ndarray:
+def unzstd(
+    data: bytes | memoryview, limit: int, out: np.ndarray | None = None
+) -> bytes | np.ndarray:
     """A zstd frame decompressed, at most ``limit`` bytes, whether or not its header states
     its content size (zstandard trusts a stated size over ``max_output_size``); into ``out``
     (uint8) when the frame states exactly its size.  Into a reused buffer, numcodecs decodes
@@ -111,17 +120,17 @@ def unzstd(data, limit: int, out: np.ndarray | None = None) -> bytes | np.ndarra
                 raise ValueError(f"the zstd frame is corrupt ({err})") from None
             return out
         if stated >= 0:  # zstandard allocates exactly the stated size, at most ``limit``
-            out = zstandard.ZstdDecompressor().decompress(data, max_output_size=limit + 1)
+            decoded = zstandard.ZstdDecompressor().decompress(data, max_output_size=limit + 1)
         else:  # decompress() would allocate all of max_output_size up front
-            out = _unzstd_pieces(data, limit)
+            decoded = _unzstd_pieces(data, limit)
     except zstandard.ZstdError as err:
         raise ValueError(f"the zstd frame is corrupt ({err})") from None
-    if len(out) > limit:
+    if len(decoded) > limit:
         raise ValueError(f"it decompresses to more than the {limit} bytes a chunk holds")
-    return out
+    return decoded
 
 
-def _unzstd_pieces(data: bytes, limit: int) -> bytes:
+def _unzstd_pieces(data: bytes | memoryview, limit: int) -> bytes:
     """A frame of unstated size decoded a piece at a time, stopping one byte past ``limit``."""
     reader = zstandard.ZstdDecompressor().stream_reader(data)
     parts: list[bytes] = []
@@ -135,7 +144,7 @@ def _unzstd_pieces(data: bytes, limit: int) -> bytes:
     return b"".join(parts)
 
 
-def unblosc(data, limit: int, out: np.ndarray | None = None) -> np.ndarray:
+def unblosc(data: bytes | memoryview, limit: int, out: np.ndarray | None = None) -> np.ndarray:
     """A Blosc frame (a Zarr ``blosc`` chunk, an HDF5 Blosc filter's chunk) decompressed
     through numcodecs, refused before any allocation when its header claims more than
     ``limit`` bytes or more stored bytes than it has; into ``out`` (uint8) when the frame

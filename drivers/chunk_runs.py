@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterator, Sequence
+from types import EllipsisType
 
 import numpy as np
 
@@ -26,7 +27,8 @@ def _split_axis(chunk: Sequence[int], region: Sequence[slice], target: np.ndarra
             break
         candidate = axis - 1
         index = (0,) * candidate
-        if not target[(*index, ...)].flags.c_contiguous:
+        key: tuple[int | EllipsisType, ...] = (*index, ...)
+        if not target[key].flags.c_contiguous:
             break
         axis = candidate
     return axis
@@ -107,15 +109,16 @@ def read_chunk_region(
         bounce = None
         direct = target.dtype == dtype
         for index, offset in _runs(chunk, region, axis):
-            piece = target[(*index, ...)]
+            key: tuple[int | EllipsisType, ...] = (*index, ...)
+            piece = target[key]
             if direct and piece.flags.c_contiguous:
-                _pread_into(
-                    fd, memoryview(piece.reshape(-1).view(np.uint8)), offset * itemsize, path
-                )
+                view = memoryview(piece.reshape(-1).view(np.uint8))  # type: ignore[arg-type]  # numpy's ndarray has __buffer__ in its stubs from Python 3.12
+                _pread_into(fd, view, offset * itemsize, path)
                 continue
             if bounce is None:  # strided or converted: one run at a time through a small buffer
                 bounce = np.empty(run_shape, dtype)
-            _pread_into(fd, memoryview(bounce.reshape(-1).view(np.uint8)), offset * itemsize, path)
+            view = memoryview(bounce.reshape(-1).view(np.uint8))  # type: ignore[arg-type]  # numpy's ndarray has __buffer__ in its stubs from Python 3.12
+            _pread_into(fd, view, offset * itemsize, path)
             piece[...] = bounce
     finally:
         os.close(fd)
@@ -176,7 +179,7 @@ def read_chunk_slabs(
         for start in range(first.start, first.stop, rows):
             stop = min(start + rows, first.stop)
             view = buffer[: (stop - start) * row]
-            if os.preadv(fd, [view], start * row) != view.nbytes:
+            if os.preadv(fd, [view], start * row) != view.nbytes:  # type: ignore[list-item]  # (as above)
                 raise ValueError("the chunk file ended early")
             slab = view.view(dtype).reshape((stop - start, *chunk[1:]))
             target[start - first.start : stop - first.start] = slab[(slice(None), *region[1:])]

@@ -39,6 +39,7 @@ import contextlib
 import errno
 import math
 import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import h5py
@@ -78,6 +79,7 @@ from oocarr_drivers.hdf5_attrs import (
     JSON_ATTRS,
     load_attrs,
     load_dimension_names,
+    load_native_attrs,
     store_attrs,
     store_dimension_names,
 )
@@ -90,6 +92,7 @@ from oocarr_drivers.hdf5_handles import (
     borrowed,
     ensure_file,
     not_hdf5,
+    open_file,
     read_only_error,
 )
 from oocarr_drivers.hdf5_remote import (
@@ -199,6 +202,17 @@ def _datasets(group: h5py.Group) -> list[str]:
         group.visititems(visit)
     except Exception:
         pass
+    return found
+
+
+def _groups(file: h5py.File) -> list[str]:
+    found = ["/"]
+
+    def visit(name: str, obj: Any) -> None:
+        if isinstance(obj, h5py.Group):
+            found.append("/" + name)
+
+    file.visititems(visit)
     return found
 
 
@@ -527,9 +541,9 @@ class HDF5Array(BlockedArray):
     def __init__(
         self,
         locator: Locator,
-        shape,
-        dtype,
-        chunks,
+        shape: Sequence[int],
+        dtype: Any,
+        chunks: Sequence[int] | None,
         *,
         mode: str,
         compression: str | None,
@@ -556,7 +570,13 @@ class HDF5Array(BlockedArray):
 
     # -- locating ------------------------------------------------------
     @classmethod
-    def locate(cls, container, inner, storage_options=None, driver_options=None) -> Locator:
+    def locate(
+        cls,
+        container: str,
+        inner: str,
+        storage_options: Mapping[str, Any] | None = None,
+        driver_options: Mapping[str, Any] | None = None,
+    ) -> Locator:
         url = container + (f"#{inner}" if inner else "")
         remote = not is_local(container)
         if storage_options and not remote:
@@ -594,7 +614,7 @@ class HDF5Array(BlockedArray):
         return message
 
     @classmethod
-    def supports_dtype(cls, dtype) -> bool:
+    def supports_dtype(cls, dtype: np.dtype) -> bool:
         return not is_bfloat16(dtype)
 
     # -- opening -------------------------------------------------------
@@ -628,7 +648,7 @@ class HDF5Array(BlockedArray):
 
     # -- creating --------------------------------------------------------
     @classmethod
-    def create(cls, locator: Locator, *args: Any, **kwargs: Any) -> HDF5Array:
+    def create(cls, locator: Locator, *args: Any, **kwargs: Any) -> BlockedArray:
         """As :meth:`BlockedArray.create`; a remote file is refused (``ReadOnlyError``)."""
         if not is_local(locator.url):
             raise read_only_error(locator, "create an array there")
@@ -648,6 +668,8 @@ class HDF5Array(BlockedArray):
             return {}  # HDF5 scalars are contiguous and unfiltered
         if chunks is None:
             chunks = cls.default_chunks(shape, dtype)
+        if chunks is None:  # never: the default chunks every array of at least one axis
+            return {}
         layout: dict[str, Any] = {"chunks": tuple(chunks)}
         if any(c > s for c, s in zip(chunks, shape)):
             # HDF5 takes a chunk longer than its axis only when the axis may grow.
@@ -672,7 +694,16 @@ class HDF5Array(BlockedArray):
         return layout
 
     @classmethod
-    def _create(cls, locator, shape, dtype, chunks, compression, attrs, overwrite):
+    def _create(
+        cls,
+        locator: Locator,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        chunks: tuple[int, ...] | None,
+        compression: Compression | None,
+        attrs: dict[str, Any],
+        overwrite: bool,
+    ) -> HDF5Array:
         path, url = locator.url, locator.full_url
         parent = os.path.dirname(path)
         if not os.path.isdir(parent):
@@ -717,14 +748,13 @@ class HDF5Array(BlockedArray):
         with LOCK:
             try:
                 store._handle = Handle(file_path, True, locator, new=file_path != path)
-                file = store._handle.entry.file
+                file = open_file(store._handle.entry)
                 if file_path == path:
                     _check_target(file, locator, overwrite)
                 dset = file.create_dataset(name, shape=shape, dtype=dtype, **layout)
                 store_attrs(dset, attrs, locator)
             except BaseException as err:
-                storage = isinstance(err, (OSError, RuntimeError))
-                if storage and not isinstance(err, OocarrError):
+                if isinstance(err, (OSError, RuntimeError)) and not isinstance(err, OocarrError):
                     store._failed = err
                 with contextlib.suppress(OSError, RuntimeError):
                     store._abort()  # the error that matters is err
@@ -762,7 +792,7 @@ class HDF5Array(BlockedArray):
             raise not_hdf5(locator, ", so it holds no dataset")
         _check_usable(path, locator.full_url)
         with borrowed(path, True, locator) as entry:
-            file = entry.file
+            file = open_file(entry)
             obj = _lookup(file, locator.path)
             if obj is None:
                 return
@@ -803,7 +833,8 @@ class HDF5Array(BlockedArray):
         file's unfiltered chunks are fetched and copied the same way."""
         if (self._filtered or self._remote) and self._chunk_decoder is _UNKNOWN:
             self._chunk_decoder = decoder_for(dset, self._dtype, raw=self._remote)
-        return None if self._chunk_decoder is _UNKNOWN else self._chunk_decoder
+        decoder = self._chunk_decoder  # _UNKNOWN, None or a ChunkDecoder
+        return decoder if isinstance(decoder, ChunkDecoder) else None
 
     @property
     def _remote(self) -> bool:
@@ -821,7 +852,7 @@ class HDF5Array(BlockedArray):
             )
         return dset
 
-    def read_overhead(self, shape) -> int:
+    def read_overhead(self, shape: Sequence[int]) -> int:
         """Filtered chunks: each decoding thread holds one stored and up to two decoded
         chunks (HDF5 decoding itself holds as much in its chunk cache).  A remote file: also
         the batch of stored chunks (or runs of a contiguous dataset) fetched."""
@@ -836,19 +867,19 @@ class HDF5Array(BlockedArray):
             return decoding
         return decoding + min(FETCH_BATCH_BYTES, chunks * (chunk_bytes + MAX_GAP))
 
-    def _read(self, region, out) -> None:
+    def _read(self, region: tuple[slice, ...], out: np.ndarray) -> None:
         lock = LOCK
         with lock:
             dset = self._dataset()
             decoder = self._decoder(dset)
-            remote = self._handle.entry.remote
+            remote = self._own_handle().entry.remote  # the handle _dataset() made
             offset = self._contiguous_offset(dset) if remote is not None else None
         try:
             if decoder is not None and self.ndim:
                 fetch = None if remote is None else remote.fetch_batches
                 decoder.read(dset, region, out, lock, parallel=not lock.held_here(), fetch=fetch)
                 return
-            if offset is not None:
+            if offset is not None and remote is not None:  # (an offset is a remote file's)
                 read_contiguous(remote, offset, self._shape, self._dtype, region, out)
                 return
             with lock:
@@ -861,7 +892,7 @@ class HDF5Array(BlockedArray):
                 raise
             raise corrupt(self._locator, f"reading {region} failed ({err})") from None
 
-    def _view(self, region) -> np.ndarray | None:
+    def _view(self, region: tuple[slice, ...]) -> np.ndarray | None:
         """A mapping of the file's bytes of ``region`` where they are one aligned run
         (:mod:`.hdf5_views`); only while every handle on the file in this process is
         read-only, so that HDF5 holds no newer data in its caches."""
@@ -869,7 +900,7 @@ class HDF5Array(BlockedArray):
             return None
         with LOCK:
             dset = self._dataset()
-            entry = self._handle.entry
+            entry = self._own_handle().entry  # the handle _dataset() made
             if entry.writable or entry.remote is not None:
                 return None
             if self._viewable is None:
@@ -877,7 +908,7 @@ class HDF5Array(BlockedArray):
             start = view_start(dset, region, self.itemsize) if self._viewable else None
             if start is None:
                 return None
-            fd = os.dup(entry.file.id.get_vfd_handle())
+            fd = os.dup(open_file(entry).id.get_vfd_handle())
         try:
             return map_view(fd, start, tuple(r.stop - r.start for r in region), self._dtype)
         finally:
@@ -893,7 +924,7 @@ class HDF5Array(BlockedArray):
             return None
         return dset.id.get_offset()
 
-    def _write(self, region, value) -> None:
+    def _write(self, region: tuple[slice, ...], value: np.ndarray) -> None:
         with LOCK:
             dset = self._dataset()
             if self._file_path == self._locator.url and not self._allocated(dset):
@@ -993,7 +1024,7 @@ class HDF5Array(BlockedArray):
                 try:
                     _publish(entry, name, locator, self._overwrite)
                 except BaseException:
-                    del entry.file[name]
+                    del open_file(entry)[name]
                     raise
         except BaseException:
             _remove(tmp)
@@ -1033,9 +1064,10 @@ class HDF5Array(BlockedArray):
             return
         try:
             with borrowed(path, True, self._locator) as entry:
-                if _lookup(entry.file, self._dataset_name) is not None:
-                    del entry.file[self._dataset_name]
-                    entry.file.flush()
+                file = open_file(entry)
+                if _lookup(file, self._dataset_name) is not None:
+                    del file[self._dataset_name]
+                    file.flush()
         except (OSError, RuntimeError):
             pass
         finally:
@@ -1055,7 +1087,7 @@ class HDF5Array(BlockedArray):
         closed = _close_entry(handle.entry)
         handle.close()
         if not closed:
-            _BROKEN[path] = self._failed
+            _BROKEN[path] = self._failed or RuntimeError(f"HDF5 could not close {path}")
         elif not self._pending:
             self._failed = None  # closed cleanly: a later use reopens the file afresh
         return closed
@@ -1068,6 +1100,10 @@ class HDF5Array(BlockedArray):
     def _write_attrs(self, attrs: dict[str, Any]) -> None:
         with LOCK:
             store_attrs(self._dataset(), attrs, self._locator)
+
+    def _read_native_attrs(self) -> dict[str, Any]:
+        with LOCK:
+            return load_native_attrs(self._dataset())
 
     def _read_dimension_names(self) -> tuple[str | None, ...] | None:
         """A netCDF-4 variable's dimensions (its attached dimension scales), else HDF5's
@@ -1100,7 +1136,12 @@ class HDF5Array(BlockedArray):
     supports_listing = True
 
     @classmethod
-    def list_arrays(cls, container, inner="", storage_options=None) -> list[dict[str, Any]]:
+    def list_arrays(
+        cls,
+        container: str,
+        inner: str = "",
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> list[dict[str, Any]]:
         """The groups and datasets of a file (under ``inner``), parents first.
 
         Examples
@@ -1137,6 +1178,39 @@ class HDF5Array(BlockedArray):
 
             top.visititems(visit)
         return sorted(found, key=lambda e: e["path"].split("/"))
+
+    @classmethod
+    def group_attrs(
+        cls, container: str, inner: str = "", storage_options: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """The attributes of a group of the file (the root group when ``inner`` is ``""``),
+        as :func:`load_native_attrs` reads them.
+
+        Examples
+        --------
+        >>> import h5py, tempfile, os
+        >>> path = os.path.join(tempfile.mkdtemp(), "data.nc")
+        >>> with h5py.File(path, "w") as f:
+        ...     f.create_group("g").attrs["title"] = "run 1"
+        >>> HDF5Array.group_attrs(path, "/g")
+        {'title': 'run 1'}
+        """
+        locator = cls.locate(container, inner or "/", storage_options)
+        path = locator.url
+        if is_local(path):
+            require_exists(os.path.isfile(path), locator, "file")
+            if not _is_hdf5(path):
+                raise not_hdf5(locator)
+        with borrowed(path, False, locator) as entry:
+            _check_inside(entry.file, None, locator, writing=False)
+            group = _lookup(entry.file, locator.path)
+            if not isinstance(group, h5py.Group):
+                raise NotFoundError(
+                    f"no group {locator.path} in {path}; groups in the file: "
+                    f"{_listing(_groups(entry.file))}",
+                    url=locator.full_url,
+                )
+            return load_native_attrs(group)
 
     def initialized_chunks(self) -> tuple[int, int] | None:
         """``(allocated, total)`` chunks of a chunked dataset (``None`` when contiguous)."""

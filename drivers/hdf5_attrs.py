@@ -30,6 +30,7 @@ __all__ = [
     "JSON_ATTRS",
     "load_attrs",
     "load_dimension_names",
+    "load_native_attrs",
     "store_attrs",
     "store_dimension_names",
 ]
@@ -169,6 +170,61 @@ def load_attrs(dset: h5py.Dataset) -> dict[str, Any]:
         except OocarrError:
             out[name] = str(value)
     return out
+
+
+def load_native_attrs(obj: h5py.HLObject) -> dict[str, Any]:
+    """The attributes of a dataset or group as netCDF readers give them: one-element arrays as
+    NumPy scalars (``float32`` stays ``float32``), text as ``str``, other arrays as arrays;
+    oocarr's JSON-stored attributes decoded, empty ones and the dimension-scale API's left out.
+
+    Examples
+    --------
+    >>> import h5py, numpy as np, tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "a.h5")
+    >>> with h5py.File(path, "w") as f:
+    ...     f.attrs["title"] = b"run"
+    ...     f.attrs["scale_factor"] = np.array([0.5], "f4")
+    ...     f.attrs["valid_range"] = np.array([0, 9], "i2")
+    ...     load_native_attrs(f)
+    {'scale_factor': np.float32(0.5), 'title': 'run', 'valid_range': array([0, 9], dtype=int16)}
+    """
+    attrs = obj.attrs
+    try:
+        marked = {str(n) for n in np.atleast_1d(attrs[JSON_ATTRS]).tolist()}
+    except Exception:
+        marked = set()
+    out: dict[str, Any] = {}
+    for name in attrs:
+        if name == JSON_ATTRS or name in DIMENSION_ATTRS:
+            continue
+        try:
+            value = attrs[name]
+        except Exception as err:
+            out[name] = f"<unreadable HDF5 attribute: {err}>"
+            continue
+        if isinstance(value, h5py.Empty):
+            continue
+        value = _native(value)
+        if name in marked and isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                pass
+        out[name] = value
+    return out
+
+
+def _native(value: Any) -> Any:
+    """One attribute value as netCDF4-python gives it."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind in "OSU":
+            items = [_native(v) for v in value.ravel().tolist()]
+            return items[0] if len(items) == 1 else items
+        if value.size == 1:
+            return value.reshape(()).item() if value.dtype.kind == "b" else value.ravel()[0]
+    return value
 
 
 def _jsonable(name: str, value: Any) -> Any:

@@ -230,7 +230,15 @@ class ChunkDecoder:
         within = tuple(slice(i.start - s, i.stop - s) for i, s in zip(inner, start))
         return inner, local, within
 
-    def _task(self, dset, region, out, lock, start, buffers) -> Callable[[], None]:
+    def _task(
+        self,
+        dset: h5py.Dataset,
+        region: tuple[slice, ...],
+        out: np.ndarray,
+        lock: AbstractContextManager[Any],
+        start: tuple[int, ...],
+        buffers: CallBuffers,
+    ) -> Callable[[], None]:
         inner, local, within = self._overlap(region, start)
 
         def run() -> None:
@@ -245,7 +253,13 @@ class ChunkDecoder:
         return run
 
     def _fetched_tasks(
-        self, dset, region, out, lock, fetch: Fetch, buffers: CallBuffers
+        self,
+        dset: h5py.Dataset,
+        region: tuple[slice, ...],
+        out: np.ndarray,
+        lock: AbstractContextManager[Any],
+        fetch: Fetch,
+        buffers: CallBuffers,
     ) -> Iterator[list[Callable[[], None]]]:
         """The decoding tasks of the region's chunks, a fetched batch at a time (chunks never
         written are filled by HDF5 first)."""
@@ -260,7 +274,7 @@ class ChunkDecoder:
                     infos.append((start, info.filter_mask, info.byte_offset, info.size))
         ranges = [(offset, offset + size) for _, _, offset, size in infos]
         for batch in fetch(ranges):
-            tasks = []
+            tasks: list[Callable[[], None]] = []
             for index, stored in batch:
                 start, mask = infos[index][:2]
                 _, local, within = self._overlap(region, start)

@@ -361,6 +361,13 @@ def _reopen(entry: SharedFile, writable: bool, locator: Locator) -> None:
         raise
 
 
+def open_file(entry: SharedFile) -> h5py.File:
+    """``entry``'s file, which a held handle or a borrowed entry keeps open."""
+    if entry.file is None:
+        raise RuntimeError(f"{entry.path} was closed while in use")
+    return entry.file
+
+
 def ensure_file(entry: SharedFile, locator: Locator) -> h5py.File:
     """``entry``'s open file, reopened if it was closed meanwhile (call with ``LOCK`` held).
 

@@ -23,8 +23,8 @@ import os
 import threading
 import tokenize
 import weakref
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Literal
 
 import numpy as np
 
@@ -37,6 +37,7 @@ from oocarr.errors import (
 )
 from oocarr.store import (
     BlockedArray,
+    Compression,
     Locator,
     as_dtype,
     corrupt,
@@ -140,7 +141,9 @@ def _npy_header(path: str) -> tuple[tuple[int, ...], bool, np.dtype, int]:
         return tuple(shape), fortran, dtype, f.tell()
 
 
-def _runs(shape, region, itemsize: int):
+def _runs(
+    shape: Sequence[int], region: Sequence[slice], itemsize: int
+) -> Iterator[tuple[int, int]]:
     """``(byte offset, byte length)`` of the contiguous runs a C-order region covers, in order."""
     if not shape:
         yield 0, itemsize
@@ -157,7 +160,8 @@ def _runs(shape, region, itemsize: int):
 
 
 def _pread_exactly(fd: int, buffer: np.ndarray, offset: int, locator: Locator) -> None:
-    view, done = memoryview(buffer), 0
+    # numpy's stubs give ndarray the buffer protocol's __buffer__ from Python 3.12 on only
+    view, done = memoryview(buffer), 0  # type: ignore[arg-type]
     while done < len(view):
         got = os.preadv(fd, [view[done:]], offset + done)
         if got == 0:
@@ -210,7 +214,9 @@ class PendingFile:
     """Where a pending file's data goes, for writers in other processes: the locator and the
     hidden file the creator writes until it commits (renaming it into place)."""
 
-    def __init__(self, locator: Locator, shape, dtype, data_path: str, offset: int) -> None:
+    def __init__(
+        self, locator: Locator, shape: Sequence[int], dtype: Any, data_path: str, offset: int
+    ) -> None:
         self.locator = locator
         self.shape = tuple(shape)
         self.dtype = np.dtype(dtype)
@@ -255,8 +261,8 @@ class MemmapArray(BlockedArray):
     def __init__(
         self,
         locator: Locator,
-        shape,
-        dtype,
+        shape: Sequence[int],
+        dtype: Any,
         *,
         mode: str,
         data_path: str,
@@ -271,11 +277,17 @@ class MemmapArray(BlockedArray):
         self._mm_pid: int | None = None
         self._fd: _Descriptor | None = None
         self._pending_attrs: dict[str, Any] | None = None
-        self._order = "C"
+        self._order: Literal["C", "F"] = "C"
 
     # -- locating ------------------------------------------------------
     @classmethod
-    def locate(cls, container, inner, storage_options=None, driver_options=None) -> Locator:
+    def locate(
+        cls,
+        container: str,
+        inner: str,
+        storage_options: Mapping[str, Any] | None = None,
+        driver_options: Mapping[str, Any] | None = None,
+    ) -> Locator:
         url = container + (f"#{inner}" if inner else "")
         if not is_local(container):
             raise InvalidUrlError(
@@ -304,7 +316,7 @@ class MemmapArray(BlockedArray):
                 "dtype= and offset= for raw binary files, and follow_external=",
                 url=url,
             )
-        raw = {}
+        raw: dict[str, Any] = {}
         if opts or not path.lower().endswith(".npy"):
             raw = {"raw": True, "offset": 0}
             if "offset" in opts:
@@ -327,11 +339,13 @@ class MemmapArray(BlockedArray):
         return Locator.make(cls.name, path, "", None, {**raw, **kept})
 
     @classmethod
-    def can_open(cls, container, inner, storage_options) -> bool:
+    def can_open(cls, container: str, inner: str, storage_options: Mapping[str, Any]) -> bool:
         return memmap_can_open(container, inner, storage_options)
 
     @classmethod
-    def scratch_locator(cls, directory, stem, shape, dtype) -> Locator:
+    def scratch_locator(
+        cls, directory: str, stem: str, shape: Sequence[int] | None, dtype: Any
+    ) -> Locator:
         """A ``.npy`` file, or for bfloat16 (which ``.npy`` cannot record) a raw ``.bin`` file
         whose locator holds the layout.
 
@@ -340,7 +354,7 @@ class MemmapArray(BlockedArray):
         >>> MemmapArray.scratch_locator("/tmp/s", "w", (2, 3), "bfloat16").driver_kwargs["shape"]
         [2, 3]
         """
-        if dtype is None or not is_bfloat16(as_dtype(dtype)):
+        if dtype is None or shape is None or not is_bfloat16(as_dtype(dtype)):
             return super().scratch_locator(directory, stem, shape, dtype)
         layout = {"shape": [int(n) for n in shape], "dtype": as_dtype(dtype)}
         return cls.locate(f"{directory}/{stem}.bin", "", None, layout)
@@ -350,7 +364,7 @@ class MemmapArray(BlockedArray):
         return bool(locator.driver_kwargs.get("raw"))
 
     @classmethod
-    def supports_dtype(cls, dtype) -> bool:
+    def supports_dtype(cls, dtype: np.dtype) -> bool:
         return True
 
     # -- opening and creating -----------------------------------------
@@ -369,7 +383,7 @@ class MemmapArray(BlockedArray):
                     url=path,
                 )
             shape, dtype, offset = tuple(opts["shape"]), as_dtype(opts["dtype"]), opts["offset"]
-            order = "C"
+            order: Literal["C", "F"] = "C"
             need = offset + math.prod(shape) * dtype.itemsize
             have = os.path.getsize(path)
             if have < need:
@@ -402,7 +416,9 @@ class MemmapArray(BlockedArray):
         )
 
     @staticmethod
-    def _read_npy_header(locator: Locator) -> tuple[tuple[int, ...], np.dtype, int, str]:
+    def _read_npy_header(
+        locator: Locator,
+    ) -> tuple[tuple[int, ...], np.dtype, int, Literal["C", "F"]]:
         path = locator.url
         try:
             shape, fortran, dtype, offset = _npy_header(path)
@@ -420,7 +436,16 @@ class MemmapArray(BlockedArray):
         return tuple(shape), dtype, offset, "F" if fortran else "C"
 
     @classmethod
-    def _create(cls, locator, shape, dtype, chunks, compression, attrs, overwrite):
+    def _create(
+        cls,
+        locator: Locator,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        chunks: tuple[int, ...] | None,
+        compression: Compression | None,
+        attrs: dict[str, Any],
+        overwrite: bool,
+    ) -> MemmapArray:
         path = locator.url
         parent = os.path.dirname(path)
         if not os.path.isdir(parent):
@@ -495,7 +520,7 @@ class MemmapArray(BlockedArray):
             return None
         with self._handle_lock:
             if self._mm is None or self._mm_pid != os.getpid():
-                mode = "r" if self.readonly else "r+"
+                mode: Literal["r", "r+"] = "r" if self.readonly else "r+"
                 try:
                     self._mm = np.memmap(
                         self._data_path,
@@ -524,9 +549,11 @@ class MemmapArray(BlockedArray):
     # Reads and writes of C-ordered files go through pread/pwrite rather than a mapping:
     # pages of a mapping stay resident in the process (and count in its RSS) until it is
     # unmapped, which would break the memory budget on arrays larger than memory.
-    def _read(self, region, out) -> None:
+    def _read(self, region: tuple[slice, ...], out: np.ndarray) -> None:
         if self._order == "F":
-            np.copyto(out, self._ensure_mapped()[region])
+            mm = self._ensure_mapped()
+            if mm is not None:  # None: an empty array, nothing to read
+                np.copyto(out, mm[region])
             return
         if self._read_mapped(region, out):
             return
@@ -535,7 +562,7 @@ class MemmapArray(BlockedArray):
             _pread_exactly(fd, buffer[pos : pos + nbytes], self._offset + offset, self.locator)
             pos += nbytes
 
-    def _read_mapped(self, region, out) -> bool:
+    def _read_mapped(self, region: tuple[slice, ...], out: np.ndarray) -> bool:
         """Copy a region of short runs out of mappings of at most :data:`READ_WINDOW_BYTES`
         of whole rows each, unmapped as soon as their rows are copied; ``False`` (nothing
         read) for long runs, fewer than :data:`MAPPED_RUNS`, rows larger than a window, or a
@@ -576,23 +603,25 @@ class MemmapArray(BlockedArray):
         return True
 
     # A view maps only its own region, and only when it is one run of the file.
-    def _view(self, region) -> np.ndarray | None:
+    def _view(self, region: tuple[slice, ...]) -> np.ndarray | None:
         runs = list(itertools.islice(_runs(self.shape, region, self.itemsize), 2))
         if self._order == "F" or len(runs) != 1:
             return None
         shape = tuple(r.stop - r.start for r in region)
         return map_view(self._file(), self._offset + runs[0][0], shape, self.dtype)
 
-    def _write(self, region, value) -> None:
+    def _write(self, region: tuple[slice, ...], value: np.ndarray) -> None:
         if self._order == "F":
             try:
-                self._ensure_mapped()[region] = value
+                mm = self._ensure_mapped()
+                if mm is not None:  # None: an empty array, nothing to write
+                    mm[region] = value
             except OSError as err:
                 raise storage_error("writing", self.url, err) from err
             return
         fd, data, pos = self._file(), value.reshape(-1).view(np.uint8), 0
         for offset, nbytes in _runs(self.shape, region, self.itemsize):
-            view = memoryview(data[pos : pos + nbytes])
+            view = memoryview(data[pos : pos + nbytes])  # type: ignore[arg-type]  # (as above)
             written = 0
             while written < nbytes:
                 try:
@@ -689,12 +718,17 @@ class MemmapArray(BlockedArray):
     supports_listing = True
 
     @classmethod
-    def can_list(cls, container, storage_options) -> bool:
+    def can_list(cls, container: str, storage_options: Mapping[str, Any]) -> bool:
         """A local ``.npy`` file or a local directory (of ``.npy`` files)."""
         return memmap_can_list(container, storage_options)
 
     @classmethod
-    def list_arrays(cls, container, inner="", storage_options=None) -> list[dict[str, Any]]:
+    def list_arrays(
+        cls,
+        container: str,
+        inner: str = "",
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> list[dict[str, Any]]:
         """The ``.npy`` files of a directory (not recursive), or the one ``.npy`` file named.
 
         Examples
@@ -719,7 +753,7 @@ class MemmapArray(BlockedArray):
         return [_npy_entry(path, os.path.basename(path))]
 
     @classmethod
-    def member_url(cls, container, inner, name) -> str:
+    def member_url(cls, container: str, inner: str, name: str) -> str:
         """A ``.npy`` file under the directory ``container``: ``DIR/slot0/w.npy``.
 
         Examples
@@ -743,6 +777,8 @@ class MemmapArray(BlockedArray):
 
 def _npy_entry(path: str, name: str) -> dict[str, Any]:
     """One ``list_arrays`` entry for the ``.npy`` file at ``path``."""
+    shape: tuple[int, ...] | None
+    dtype: np.dtype | str
     try:
         shape, _fortran, dtype, _offset = _npy_header(path)
     except (ValueError, OSError, SyntaxError):

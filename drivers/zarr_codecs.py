@@ -268,7 +268,7 @@ class CodecPipeline:
         name = compression.name
         level = DEFAULT_LEVELS[name] if compression.level is None else compression.level
         if name == "blosc":
-            v3 = {
+            v3: dict[str, Any] = {
                 "typesize": dtype.itemsize,
                 "cname": BLOSC_CNAME,
                 "clevel": level,
@@ -318,7 +318,7 @@ class CodecPipeline:
         for stage in self.stages:
             if stage.order is not None:
                 out.append({"name": "transpose", "configuration": {"order": list(stage.order)}})
-            else:
+            elif stage.codec is not None:  # a stage is one or the other
                 out.append(stage.codec.v3_json())
         out.append(_bytes_json(self.dtype, "big" if self.big_endian else "little"))
         out.extend(named.v3_json() for named in self.compressors)
@@ -349,7 +349,7 @@ class CodecPipeline:
         for stage in self.stages:
             if stage.order is not None:
                 arr = arr.transpose(stage.order)
-            else:
+            elif stage.codec is not None:
                 shape = arr.shape
                 arr = np.asarray(stage.codec.encode(np.ascontiguousarray(arr))).reshape(shape)
         arr = np.ascontiguousarray(arr)
@@ -406,7 +406,7 @@ class CodecPipeline:
         for stage in reversed(self.stages):
             if stage.order is not None:
                 arr = arr.transpose(np.argsort(stage.order))
-            else:
+            elif stage.codec is not None:
                 current = arr.shape
                 arr = np.asarray(stage.codec.decode(np.ascontiguousarray(arr), limit))
                 arr = arr.reshape(current)

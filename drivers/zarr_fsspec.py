@@ -31,8 +31,9 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from types import EllipsisType
 from typing import Any
 
 import fsspec
@@ -53,6 +54,7 @@ from oocarr.store import (
     BFLOAT16,
     DEFAULT_CHUNK_BYTES,
     BlockedArray,
+    Compression,
     Locator,
     check_within,
     follow_external_option,
@@ -187,7 +189,7 @@ class _NotAChunk(Exception):
 
 
 def _fetch_ranges(
-    fs: fsspec.AbstractFileSystem, requests: list[tuple[str, int, int | None]], url: str
+    fs: fsspec.AbstractFileSystem, requests: Sequence[tuple[str, int, int | None]], url: str
 ) -> list[bytes | None]:
     """The bytes of each ``(key, start, end)`` range (``None`` where there is no object).
 
@@ -240,7 +242,8 @@ def _read_file_into(path: str, buffer: np.ndarray) -> bool:
     ValueError
         When the file does not hold exactly ``buffer.nbytes`` bytes.
     """
-    view = memoryview(buffer.reshape(-1).view(np.uint8))
+    # numpy's stubs give ndarray the buffer protocol's __buffer__ from Python 3.12 on only
+    view = memoryview(buffer.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
     try:
         with open(path, "rb", buffering=0) as f:
             size = os.fstat(f.fileno()).st_size
@@ -362,7 +365,7 @@ def _read_meta(fs: fsspec.AbstractFileSystem, prefix: str, locator: Locator) -> 
     return parse_array(doc, locator)
 
 
-def _group_error(fs, prefix: str, locator: Locator) -> InvalidStoreError:
+def _group_error(fs: fsspec.AbstractFileSystem, prefix: str, locator: Locator) -> InvalidStoreError:
     """The error for opening a group as an array, naming the arrays inside it (a sparse
     AnnData matrix is a group of ``data``, ``indices`` and ``indptr``)."""
     members = [
@@ -530,6 +533,8 @@ class ZarrArray(BlockedArray):
     ('fsspec', (2, 2), 'zstd:3', array([3, 4, 5], dtype=int16))
     """
 
+    _chunks: tuple[int, ...]  # a Zarr array is always chunked (BlockedArray's may be None)
+
     name = "fsspec"
     suffixes = ZARR_SUFFIXES
     compressions = WRITABLE
@@ -566,11 +571,17 @@ class ZarrArray(BlockedArray):
 
     # -- locating ------------------------------------------------------
     @classmethod
-    def can_open(cls, container, inner, storage_options) -> bool:
+    def can_open(cls, container: str, inner: str, storage_options: Mapping[str, Any]) -> bool:
         return zarr_can_open(container, inner, storage_options)
 
     @classmethod
-    def locate(cls, container, inner, storage_options=None, driver_options=None) -> Locator:
+    def locate(
+        cls,
+        container: str,
+        inner: str,
+        storage_options: Mapping[str, Any] | None = None,
+        driver_options: Mapping[str, Any] | None = None,
+    ) -> Locator:
         driver_options = dict(driver_options or {})
         layout = {k: driver_options.pop(k) for k in CREATE_OPTIONS if k in driver_options}
         kept = follow_external_option(driver_options, container)
@@ -598,11 +609,11 @@ class ZarrArray(BlockedArray):
         return Locator.make(cls.name, container, inner, storage_options, kept)
 
     @classmethod
-    def supports_dtype(cls, dtype) -> bool:
+    def supports_dtype(cls, dtype: np.dtype) -> bool:
         return zarr_type_name(dtype) is not None
 
     @classmethod
-    def default_chunks(cls, shape, dtype) -> tuple[int, ...]:
+    def default_chunks(cls, shape: tuple[int, ...], dtype: np.dtype) -> tuple[int, ...]:
         if not shape:
             return ()
         return grow_block(shape, dtype.itemsize, DEFAULT_CHUNK_BYTES)
@@ -626,7 +637,7 @@ class ZarrArray(BlockedArray):
         return cls(locator, meta, mode=mode, base=base, prefix=prefix, data_prefix=prefix, fs=fs)
 
     @classmethod
-    def _check_levels(cls, compression, url: str) -> None:
+    def _check_levels(cls, compression: Compression | None, url: str) -> None:
         if compression is None or compression.level is None:
             return
         low, high = LEVEL_RANGES[compression.name]
@@ -637,7 +648,9 @@ class ZarrArray(BlockedArray):
             )
 
     @classmethod
-    def _check_parents(cls, fs, base: str, locator: Locator) -> list[str]:
+    def _check_parents(
+        cls, fs: fsspec.AbstractFileSystem, base: str, locator: Locator
+    ) -> list[str]:
         """The group prefixes above the array; raise when one of them is an array."""
         if not locator.path:
             return []
@@ -661,7 +674,16 @@ class ZarrArray(BlockedArray):
         return parents
 
     @classmethod
-    def _create(cls, locator, shape, dtype, chunks, compression, attrs, overwrite):
+    def _create(
+        cls,
+        locator: Locator,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        chunks: tuple[int, ...] | None,
+        compression: Compression | None,
+        attrs: dict[str, Any],
+        overwrite: bool,
+    ) -> ZarrArray:
         url = locator.full_url
         fs, base = _filesystem(locator)
         if _read_only_fs(fs):
@@ -671,7 +693,10 @@ class ZarrArray(BlockedArray):
                 url=url,
             )
         cls._check_levels(compression, url)
-        dtype = DATA_TYPES[zarr_type_name(dtype)]
+        name = zarr_type_name(dtype)
+        if name is None:  # oocarr.create checked supports_dtype first
+            raise UnsupportedDtypeError(f"Zarr has no data type for {dtype} ({url})", url=url)
+        dtype = DATA_TYPES[name]
         options = locator.driver_kwargs
         zarr_format = options.pop("zarr_format", 3)
         shards = options.pop("shards", None)
@@ -736,7 +761,7 @@ class ZarrArray(BlockedArray):
         return store
 
     @staticmethod
-    def _missing_dirs(fs, prefix: str, base: str) -> list[str]:
+    def _missing_dirs(fs: fsspec.AbstractFileSystem, prefix: str, base: str) -> list[str]:
         """Directories from ``prefix`` up to ``base`` that do not exist yet (deepest first)."""
         out = []
         path = prefix
@@ -799,7 +824,7 @@ class ZarrArray(BlockedArray):
     def _key(self, index: tuple[int, ...]) -> str:
         return _join(self._data_prefix, self._meta.key_encoding.key(index))
 
-    def _guard(self, fs, keys: list[str], *, writing: bool) -> None:
+    def _guard(self, fs: fsspec.AbstractFileSystem, keys: list[str], *, writing: bool) -> None:
         """Refuse chunk keys of a local array that lead out of its container through a symbolic
         link: always for writes, for reads with ``follow_external=False``."""
         if not isinstance(fs, LocalFileSystem) or not (writing or not self._follow):
@@ -816,7 +841,10 @@ class ZarrArray(BlockedArray):
                 check_within(path, root, self.url, writing=writing)
 
     def _overlap(
-        self, index, region, chunks: tuple[int, ...] | None = None
+        self,
+        index: tuple[int, ...],
+        region: tuple[slice, ...],
+        chunks: tuple[int, ...] | None = None,
     ) -> tuple[tuple[slice, ...], tuple[slice, ...], bool]:
         """Slices of chunk ``index`` (of ``chunks``, this array's by default) and of the
         region where they meet, and whether the region covers the chunk's part of the array
@@ -830,7 +858,9 @@ class ZarrArray(BlockedArray):
             whole = whole and start == lo and stop == hi
         return tuple(in_chunk), tuple(in_region), whole
 
-    def _decode(self, data: bytes, key: str, buffer: np.ndarray | None = None) -> np.ndarray:
+    def _decode(
+        self, data: bytes | memoryview, key: str, buffer: np.ndarray | None = None
+    ) -> np.ndarray:
         """Chunk ``key`` decoded; into ``buffer`` when given and the codecs can (the result
         is then valid until the buffer's next use)."""
         try:
@@ -838,10 +868,10 @@ class ZarrArray(BlockedArray):
         except ValueError as err:
             raise chunk_error(self._locator, key, err) from None
 
-    def _indices(self, region) -> Iterator[tuple[int, ...]]:
+    def _indices(self, region: tuple[slice, ...]) -> Iterator[tuple[int, ...]]:
         return itertools.product(*_chunk_ranges(region, self._chunks))
 
-    def _map(self, fn, items: list) -> list:
+    def _map(self, fn: Callable[[Any], Any], items: list) -> list:
         """``fn`` over ``items``, on the codec thread pool when chunks are compressed, in
         groups of about :data:`TASK_BYTES` of chunks per task: one task per small chunk
         costs more than decoding it (4096 zstd inner chunks of 8 KiB: 0.39 s one per task,
@@ -856,7 +886,7 @@ class ZarrArray(BlockedArray):
         done = _codec_pool().map(lambda group: [fn(item) for item in group], groups)
         return [result for group in done for result in group]
 
-    def read_overhead(self, shape) -> int:
+    def read_overhead(self, shape: Sequence[int]) -> int:
         """Uncompressed local chunks: none (read straight into the caller's buffer), or a
         slab buffer per thread; compressed local chunks: the chunk each codec thread read and
         the one it decodes; otherwise one batch of encoded chunks fetched and one decoded
@@ -874,7 +904,7 @@ class ZarrArray(BlockedArray):
         fetched = min(chunks, max(1, min(BATCH_KEYS, BATCH_BYTES // max(1, nbytes)))) * nbytes
         return fetched + decoding
 
-    def read_threads(self, shape) -> int:
+    def read_threads(self, shape: Sequence[int]) -> int:
         """Compressed chunks decode on the codec threads, one chunk each: a region of fewer
         chunks than threads keeps only that many busy.  Uncompressed local chunks: 0 (the
         read is a copy from the page cache or the disk)."""
@@ -883,13 +913,13 @@ class ZarrArray(BlockedArray):
         chunks = math.prod(-(-max(1, s) // max(1, c)) for s, c in zip(shape, self._chunks))
         return min(CODEC_THREADS, chunks)
 
-    def _read(self, region, out) -> None:
+    def _read(self, region: tuple[slice, ...], out: np.ndarray) -> None:
         try:
             self._read_chunks(region, out)
         except _NotAChunk as err:
             raise chunk_error(self._locator, err.key, err.err) from None
 
-    def _read_chunks(self, region, out) -> None:
+    def _read_chunks(self, region: tuple[slice, ...], out: np.ndarray) -> None:
         fs = self._fs()
         if self._meta.shards is not None:
             self._read_sharded(fs, region, out)
@@ -904,7 +934,7 @@ class ZarrArray(BlockedArray):
             # decoding another.  1024³ uint16 in 256³ chunks read whole on 2 cores, medians
             # of 3: zstd 5.9 s warm, 6.8 s cold when batches were fetched then decoded;
             # 4.7 s, 5.9 s one chunk a task (Blosc-LZ4 cold: 4.2 s, 3.7 s)
-            def fetch_and_fill(index) -> None:
+            def fetch_and_fill(index: tuple[int, ...]) -> None:
                 key = self._key(index)
                 (data,) = _fetch_ranges(fs, [(key, 0, None)], self.url)
                 self._place(data, key, index, region, out, buffers)
@@ -914,7 +944,7 @@ class ZarrArray(BlockedArray):
             self._map(fetch_and_fill, indices)
             return
 
-        def fill(item) -> None:
+        def fill(item: tuple[tuple[int, ...], str, bytes | None]) -> None:
             index, key, data = item
             self._place(data, key, index, region, out, buffers)
 
@@ -924,7 +954,7 @@ class ZarrArray(BlockedArray):
             found = _fetch(fs, keys, self.url)
             self._map(fill, [(index, key, found[key]) for index, key in zip(batch, keys)])
 
-    def _read_local(self, fs: LocalFileSystem, region, out: np.ndarray) -> None:
+    def _read_local(self, fs: LocalFileSystem, region: tuple[slice, ...], out: np.ndarray) -> None:
         """Read uncompressed chunks of a local array, several at a time: a whole chunk that
         lands contiguously in ``out`` with one ``readinto``; otherwise the chunk's rows the
         region needs, in slabs through a reused per-thread buffer of :data:`SCRATCH_BYTES`,
@@ -938,7 +968,8 @@ class ZarrArray(BlockedArray):
         def fill(index: tuple[int, ...]) -> None:
             key = self._key(index)
             in_chunk, in_out, whole = self._overlap(index, region)
-            target = out[(*in_out, ...)]  # a view even of a 0-d array
+            at: tuple[slice | EllipsisType, ...] = (*in_out, ...)
+            target = out[at]  # a view even of a 0-d array
             full = all(s.stop - s.start == c for s, c in zip(in_chunk, self._chunks))
             path = fs._strip_protocol(key)
             try:
@@ -965,7 +996,15 @@ class ZarrArray(BlockedArray):
             for index in indices:
                 fill(index)
 
-    def _place(self, data, key: str, index, region, out: np.ndarray, buffers) -> None:
+    def _place(
+        self,
+        data: bytes | memoryview | None,
+        key: str,
+        index: tuple[int, ...],
+        region: tuple[slice, ...],
+        out: np.ndarray,
+        buffers: _DecodeBuffers,
+    ) -> None:
         """Chunk ``index`` (stored as ``data``; ``None``: missing) put where it meets
         ``region`` in ``out``: decoded straight into ``out`` when it lands there whole and
         contiguous (a tile of whole chunks), otherwise into this thread's decode buffer of
@@ -975,7 +1014,8 @@ class ZarrArray(BlockedArray):
         if data is None:
             out[in_out] = self._meta.fill_value
             return
-        target = out[(*in_out, ...)]  # a view even of a 0-d array
+        at: tuple[slice | EllipsisType, ...] = (*in_out, ...)
+        target = out[at]  # a view even of a 0-d array
         direct = (
             whole
             and target.shape == self._chunks
@@ -989,20 +1029,20 @@ class ZarrArray(BlockedArray):
     def _blank_chunk(self) -> np.ndarray:
         return np.full(self._chunks, self._meta.fill_value, dtype=self._dtype)
 
-    def _write(self, region, value) -> None:
+    def _write(self, region: tuple[slice, ...], value: np.ndarray) -> None:
         try:
             with _storage_failures("writing", self.url):
                 self._write_chunks(region, value)
         except _NotAChunk as err:
             raise chunk_error(self._locator, err.key, err.err) from None
 
-    def _write_chunks(self, region, value) -> None:
+    def _write_chunks(self, region: tuple[slice, ...], value: np.ndarray) -> None:
         fs = self._fs()
         if self._meta.shards is not None:
             self._write_sharded(fs, region, value)
             return
 
-        def encode(item) -> bytes:
+        def encode(item: tuple[tuple[slice, ...], tuple[slice, ...]]) -> bytes:
             in_chunk, in_value = item
             part = value[in_value]
             if part.shape != self._chunks:
@@ -1012,7 +1052,8 @@ class ZarrArray(BlockedArray):
             return self._meta.codecs.encode(part)
 
         for batch in _batches(self._indices(region), self._meta.chunk_nbytes):
-            whole, partial = [], []
+            whole: list[tuple[tuple[int, ...], tuple[slice, ...], tuple[slice, ...]]] = []
+            partial: list[tuple[tuple[int, ...], tuple[slice, ...], tuple[slice, ...]]] = []
             for index in batch:
                 in_chunk, in_value, covered = self._overlap(index, region)
                 (whole if covered else partial).append((index, in_chunk, in_value))
@@ -1024,8 +1065,10 @@ class ZarrArray(BlockedArray):
             if partial:
                 self._read_modify_write(fs, partial, value)
 
-    def _read_modify_write(self, fs, partial: list, value: np.ndarray) -> None:
-        def update(item) -> bytes:
+    def _read_modify_write(
+        self, fs: fsspec.AbstractFileSystem, partial: list, value: np.ndarray
+    ) -> None:
+        def update(item: tuple[str, bytes | None, tuple[slice, ...], tuple[slice, ...]]) -> bytes:
             key, data, in_chunk, in_value = item
             chunk = self._blank_chunk() if data is None else self._decode(data, key).copy()
             chunk[in_chunk] = value[in_value]
@@ -1039,10 +1082,17 @@ class ZarrArray(BlockedArray):
             _store(fs, dict(zip(keys, self._map(update, items))))
 
     # -- shards ----------------------------------------------------------
-    def _shard_indices(self, fs, shards: list[tuple[int, ...]]) -> dict:
+    def _sharding(self) -> ShardLayout:
+        """The shard layout, for the methods of a sharded array."""
+        layout = self._meta.shards
+        if layout is None:
+            raise RuntimeError(f"{self.url} is not sharded")
+        return layout
+
+    def _shard_indices(self, fs: fsspec.AbstractFileSystem, shards: list[tuple[int, ...]]) -> dict:
         """The index of each shard (``None`` for a shard not stored), each fetched once with
         one byte-range request and kept while it fits :data:`INDEX_CACHE_BYTES`."""
-        layout = self._meta.shards
+        layout = self._sharding()
         size = layout.index_nbytes
         out: dict = {}
         with self._index_lock:
@@ -1053,7 +1103,9 @@ class ZarrArray(BlockedArray):
         todo = [shard for shard in shards if shard not in out]
         keys = [self._key(shard) for shard in todo]
         self._guard(fs, keys, writing=False)
-        ranges = [(k, 0, size) if layout.index_at_start else (k, -size, None) for k in keys]
+        ranges: list[tuple[str, int, int | None]] = [
+            (k, 0, size) if layout.index_at_start else (k, -size, None) for k in keys
+        ]
         for shard, key, data in zip(todo, keys, _fetch_ranges(fs, ranges, self.url)):
             entries = None
             if data is not None:
@@ -1071,15 +1123,17 @@ class ZarrArray(BlockedArray):
                 self._index_cache.popitem(last=False)
         return out
 
-    def _forget_shards(self, shards) -> None:
+    def _forget_shards(self, shards: Iterable[tuple[int, ...]]) -> None:
         with self._index_lock:
             for shard in shards:
                 self._index_cache.pop(shard, None)
 
-    def _read_sharded(self, fs, region, out: np.ndarray) -> None:
+    def _read_sharded(
+        self, fs: fsspec.AbstractFileSystem, region: tuple[slice, ...], out: np.ndarray
+    ) -> None:
         """Read the inner chunks ``region`` needs: each shard's index, then one byte-range
         request per run of adjacent needed inner chunks, decoded on the codec threads."""
-        layout = self._meta.shards
+        layout = self._sharding()
         wanted: dict[tuple[int, ...], list] = {}
         for index in self._indices(region):
             shard, place = layout.local(index)
@@ -1088,20 +1142,23 @@ class ZarrArray(BlockedArray):
 
         buffers = _DecodeBuffers(self._meta.chunk_nbytes)
 
-        def fill(item) -> None:
+        def fill(item: tuple[tuple[int, ...], str, memoryview | None]) -> None:
             index, key, data = item
             self._place(data, f"{key} (inner chunk {index})", index, region, out, buffers)
 
         shards = list(wanted)
         start = 0
         while start < len(shards):
-            batch, count = [], 0
+            batch: list[tuple[int, ...]] = []
+            count = 0
             while start < len(shards) and (not batch or count < per_batch):
                 batch.append(shards[start])
                 count += len(wanted[shards[start]])
                 start += 1
             indices = self._shard_indices(fs, batch)
-            items, requests, runs = [], [], []
+            items: list[tuple[tuple[int, ...], str, memoryview | None]] = []
+            requests: list[tuple[str, int, int]] = []
+            runs: list[Any] = []
             for shard in batch:
                 key, entries = self._key(shard), indices[shard]
                 needed = []
@@ -1133,15 +1190,18 @@ class ZarrArray(BlockedArray):
                     items.append((index, key, view[offset - begin : offset - begin + nbytes]))
             self._map(fill, items)
 
-    def _write_sharded(self, fs, region, value: np.ndarray) -> None:
+    def _write_sharded(
+        self, fs: fsspec.AbstractFileSystem, region: tuple[slice, ...], value: np.ndarray
+    ) -> None:
         """Write every shard ``region`` touches whole, one writer per shard: a shard the
         region covers is encoded from ``value``; one it covers in part is read, patched and
         rewritten under the array's chunk lock."""
-        layout = self._meta.shards
+        layout = self._sharding()
         shard_nbytes = math.prod(layout.shard_shape) * self._dtype.itemsize
         ranges = _chunk_ranges(region, layout.shard_shape)
         for batch in _batches(itertools.product(*ranges), shard_nbytes):
-            whole, partial = [], []
+            whole: list[tuple[int, ...]] = []
+            partial: list[tuple[int, ...]] = []
             for shard in batch:
                 covered = self._overlap(shard, region, layout.shard_shape)[2]
                 (whole if covered else partial).append(shard)
@@ -1166,9 +1226,16 @@ class ZarrArray(BlockedArray):
                     self._forget_shards(partial)
                     _store(fs, dict(zip(keys, blobs)))
 
-    def _encode_shard(self, shard, region, value, old: bytes | None, key: str) -> bytes:
+    def _encode_shard(
+        self,
+        shard: tuple[int, ...],
+        region: tuple[slice, ...],
+        value: np.ndarray,
+        old: bytes | None,
+        key: str,
+    ) -> bytes:
         """The bytes of ``shard`` after writing ``value`` at ``region`` over ``old``."""
-        layout = self._meta.shards
+        layout = self._sharding()
         entries = None
         if old is not None:
             part = (
@@ -1181,12 +1248,12 @@ class ZarrArray(BlockedArray):
                 raise chunk_error(self._locator, key, err) from None
 
         def stored(place: int) -> bytes | None:
-            if entries is None or (entries[place] == EMPTY).all():
-                return None
+            if old is None or entries is None or (entries[place] == EMPTY).all():
+                return None  # (entries come from old)
             offset, nbytes = (int(v) for v in entries[place])
             return old[offset : offset + nbytes]
 
-        def encode(item) -> bytes | None:
+        def encode(item: tuple[int, tuple[int, ...]]) -> bytes | None:
             place, index = item
             if any(i * c >= n for i, c, n in zip(index, self._chunks, self._shape)):
                 return None  # past the array's edge: nothing to store
@@ -1240,7 +1307,9 @@ class ZarrArray(BlockedArray):
             attrs[zarr_v2.DIMENSIONS_ATTR] = list(self._meta.dimension_names)
         return attrs
 
-    def _write_metadata(self, fs, prefix: str, doc: dict[str, Any]) -> None:
+    def _write_metadata(
+        self, fs: fsspec.AbstractFileSystem, prefix: str, doc: dict[str, Any]
+    ) -> None:
         """Write the array's metadata under ``prefix``: ``zarr.json``, or ``.zattrs`` then
         ``.zarray`` (the document that makes it an array goes last)."""
         if self._meta.zarr_format == 2:
@@ -1293,7 +1362,7 @@ class ZarrArray(BlockedArray):
         self._meta.document = doc
         self._new_dirs = []
 
-    def _swap_local(self, fs, doc: dict[str, Any]) -> None:
+    def _swap_local(self, fs: fsspec.AbstractFileSystem, doc: dict[str, Any]) -> None:
         """Replace the old array by renaming directories (each rename is atomic)."""
         self._write_metadata(fs, self._data_prefix, doc)
         trash = _hidden_sibling(self._prefix, self._locator)
@@ -1305,7 +1374,7 @@ class ZarrArray(BlockedArray):
             raise
         _rm(fs, trash)
 
-    def _swap_remote(self, fs, doc: dict[str, Any]) -> None:
+    def _swap_remote(self, fs: fsspec.AbstractFileSystem, doc: dict[str, Any]) -> None:
         """Replace the old array on an object store: delete, move new keys in, metadata last."""
         for key in ARRAY_KEYS:
             _rm(fs, _join(self._prefix, key))
@@ -1363,6 +1432,13 @@ class ZarrArray(BlockedArray):
     def _read_dimension_names(self) -> tuple[str | None, ...] | None:
         return self._meta.dimension_names
 
+    def _read_masked_fill_value(self) -> Any:
+        """A v2 array's ``fill_value`` as a scalar of its dtype (``None`` when ``null``); v3's
+        fill value marks no missing data (xarray reads it so too)."""
+        if self._meta.zarr_format != 2 or self._meta.document.get("fill_value") is None:
+            return None
+        return np.asarray(self._meta.fill_value, self._dtype)[()]
+
     def _write_dimension_names(self, names: tuple[str | None, ...]) -> None:
         old = self._meta.dimension_names
         self._meta.dimension_names = tuple(names)
@@ -1412,7 +1488,12 @@ class ZarrArray(BlockedArray):
     supports_listing = True
 
     @classmethod
-    def list_arrays(cls, container, inner="", storage_options=None) -> list[dict[str, Any]]:
+    def list_arrays(
+        cls,
+        container: str,
+        inner: str = "",
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> list[dict[str, Any]]:
         """The groups and arrays of a Zarr v2 or v3 hierarchy (under ``inner``), parents first;
         a v2 hierarchy's consolidated ``.zmetadata`` is read instead of listing when present.
 
@@ -1452,9 +1533,47 @@ class ZarrArray(BlockedArray):
                     pending.append((child, f"{path}/{_split(child)[1]}", sub))
         return sorted(found, key=lambda e: e["path"].split("/"))
 
+    @classmethod
+    def group_attrs(
+        cls, container: str, inner: str = "", storage_options: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """The attributes of a Zarr group: v3 ``zarr.json``'s ``attributes``, v2 ``.zattrs``.
+
+        Examples
+        --------
+        >>> import numpy as np, tempfile, os, oocarr, json
+        >>> path = os.path.join(tempfile.mkdtemp(), "h.zarr")
+        >>> _ = oocarr.save(np.zeros(2, "f4"), path + "#/g/x")
+        >>> doc = {"zarr_format": 3, "node_type": "group", "attributes": {"title": "run"}}
+        >>> with open(os.path.join(path, "g", "zarr.json"), "w") as f:
+        ...     json.dump(doc, f)
+        >>> ZarrArray.group_attrs(path, "/g")
+        {'title': 'run'}
+        """
+        locator = cls.locate(container, inner, storage_options)
+        fs, base = _filesystem(locator)
+        prefix = cls._prefix_of(locator, base)
+        node = _node(fs, prefix, locator)
+        if node is None:
+            require_exists(False, locator, "Zarr group (zarr.json or .zgroup)")
+        kind, doc, _ = node
+        if kind not in ("group", "v2-group"):
+            raise InvalidArgumentError(
+                f"{locator.full_url} is a Zarr array, not a group; name a group (or the root)",
+                url=locator.full_url,
+            )
+        if kind == "group":
+            attrs = doc.get("attributes")
+            return copy.deepcopy(attrs) if isinstance(attrs, dict) else {}
+        raw = read_document(fs, _join(prefix, zarr_v2.ATTRS_KEY), locator)
+        attrs = zarr_v2.parse_json(raw, ".zattrs", locator)
+        return attrs if isinstance(attrs, dict) else {}
+
     def initialized_chunks(self) -> tuple[int, int] | None:
         """``(stored, total)`` chunks (shards when sharded): keys present out of the grid."""
         fs, total = self._fs(), self.chunk_count()
+        if total is None:  # never: a Zarr array is chunked
+            return None
         if self._meta.shards is not None:
             shard = self._meta.shards.shard_shape
             total = math.prod(-(-n // c) for n, c in zip(self._shape, shard))
@@ -1481,7 +1600,9 @@ def _child_prefixes(fs: fsspec.AbstractFileSystem, prefix: str) -> list[str]:
     )
 
 
-def _node(fs, prefix: str, locator: Locator) -> tuple[str, dict, dict | None] | None:
+def _node(
+    fs: fsspec.AbstractFileSystem, prefix: str, locator: Locator
+) -> tuple[str, dict, dict | None] | None:
     """What is at ``prefix``: ``("array"|"group", zarr.json, None)``, ``("v2-array", .zarray,
     .zattrs)``, ``("v2-group", .zgroup, None)``, or ``None``."""
     raw = read_document(fs, _join(prefix, META_KEY), locator)
@@ -1501,7 +1622,9 @@ def _node(fs, prefix: str, locator: Locator) -> tuple[str, dict, dict | None] | 
     return None
 
 
-def _consolidated(fs, prefix: str, locator: Locator) -> dict[str, Any] | None:
+def _consolidated(
+    fs: fsspec.AbstractFileSystem, prefix: str, locator: Locator
+) -> dict[str, Any] | None:
     """The ``metadata`` of a v2 hierarchy's ``.zmetadata``, or ``None``."""
     doc = zarr_v2.parse_json(
         read_document(fs, _join(prefix, zarr_v2.CONSOLIDATED_KEY), locator), ".zmetadata", locator
@@ -1511,7 +1634,7 @@ def _consolidated(fs, prefix: str, locator: Locator) -> dict[str, Any] | None:
 
 
 def _consolidated_entries(
-    metadata: dict[str, Any], path: str, locator: Locator, storage_options
+    metadata: dict[str, Any], path: str, locator: Locator, storage_options: Mapping[str, Any] | None
 ) -> list[dict[str, Any]]:
     """``list_arrays`` entries below ``path`` from consolidated metadata."""
     out = []
@@ -1536,7 +1659,9 @@ def _consolidated_entries(
     return out
 
 
-def _array_entry(kind: str, doc: dict[str, Any], attrs, locator: Locator) -> dict[str, Any]:
+def _array_entry(
+    kind: str, doc: dict[str, Any], attrs: dict[str, Any] | None, locator: Locator
+) -> dict[str, Any]:
     """One ``list_arrays`` entry for an array document (raw fields when oocarr cannot read it)."""
     entry = {"path": locator.path or "/", "url": locator.full_url, "kind": "array"}
     try:

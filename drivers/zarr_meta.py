@@ -476,6 +476,8 @@ def array_document(
     ('uint8', [2])
     """
     name = zarr_type_name(dtype)
+    if name is None:  # supports_dtype refuses such a dtype before an array is created
+        raise ValueError(f"Zarr v3 has no data type for {dtype}")
     extra = {} if dimension_names is None else {"dimension_names": list(dimension_names)}
     return extra | {
         "zarr_format": 3,

@@ -113,8 +113,7 @@ class ShardLayout:
         for i, p in zip(index, self.per_shard):
             shard.append(i // p)
             place = place * p + i % p
-        shard = tuple(shard)
-        return shard, place
+        return tuple(shard), place
 
     def assemble(self, blobs: list[bytes | None]) -> bytes:
         """A shard holding ``blobs`` (one per inner chunk in C order, ``None`` when empty)."""
@@ -159,7 +158,7 @@ class ShardLayout:
 
 
 def parse_sharding(
-    config: dict[str, Any], shard_shape: tuple[int, ...], dtype: np.dtype, locator: Locator
+    config: object, shard_shape: tuple[int, ...], dtype: np.dtype, locator: Locator
 ) -> ShardLayout:
     """The layout a ``sharding_indexed`` configuration describes for shards of ``shard_shape``.
 

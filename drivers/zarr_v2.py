@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -49,6 +49,10 @@ CONSOLIDATED_KEY = ".zmetadata"
 DIMENSIONS_ATTR = "_ARRAY_DIMENSIONS"
 
 
+@overload
+def parse_json(raw: bytes, what: str, locator: Locator) -> dict[str, Any]: ...
+@overload
+def parse_json(raw: bytes | None, what: str, locator: Locator) -> dict[str, Any] | None: ...
 def parse_json(raw: bytes | None, what: str, locator: Locator) -> dict[str, Any] | None:
     """A v2 metadata document (``None`` for absent bytes).
 

@@ -17,6 +17,11 @@ import oocarr
 def main() -> int:
     where = os.path.dirname(oocarr.__file__)
     assert "site-packages" in where, f"oocarr was imported from {where}, not an install"
+    import oocarr_drivers
+
+    for package in (oocarr, oocarr_drivers):  # PEP 561: the inline types are installed
+        marker = os.path.join(os.path.dirname(package.__file__), "py.typed")
+        assert os.path.isfile(marker), f"{marker} is missing from the install"
     drivers = oocarr.available_drivers()
     assert {"memmap", "hdf5", "fsspec"} <= set(drivers), drivers
     data = np.arange(60, dtype=np.float32).reshape(6, 10)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Make a virtual environment, install oocarr with its test extras, lint, prove a plain
+# Make a virtual environment, install oocarr with its test extras, lint, type-check, prove a plain
 # (non-editable) install works from a second, fresh virtual environment, run the whole suite on
 # Python 3.11, then the smoke run (scripts/smoke.sh) on the other supported Pythons, 3.12 and 3.13
 # (OOCARR_SMOKE_PYTHONS="" skips it).
@@ -11,6 +11,9 @@ source scripts/venv.sh "[test]"
 echo "== lint"
 "$VENV/bin/ruff" check src drivers tests scripts
 "$VENV/bin/ruff" format --check src drivers tests scripts
+
+echo "== type check (mypy; its strictness is stated in pyproject.toml's [tool.mypy])"
+"$VENV/bin/mypy"
 
 echo "== non-editable install into a fresh virtual environment"
 WHEEL_VENV="$(mktemp -d)/venv"

@@ -52,7 +52,8 @@ LAYERS = [
         ["oocarr", "oocarr.array_api", "oocarr.config", "oocarr.linalg", "oocarr.fft"],
     ),
     ("train", ["oocarr.train*"]),
-    ("public API", ["oocarr.api*"]),
+    # oocarr.typing, at the top of the package: the types of the public API's signatures
+    ("public API", ["oocarr.api*", "oocarr.typing"]),
     ("jax layer", ["oocarr.jaxlayer*"]),
     ("ops", ["oocarr.ops*"]),
     ("engine", ["oocarr.engine*"]),
@@ -62,7 +63,15 @@ LAYERS = [
 
 #: What may stand at the top of ``src/oocarr``: the package's thin faces (``linalg`` and ``fft``
 #: when those extensions come), and one folder per layer.
-TOP_FACES = {"__init__.py", "array_api.py", "config.py", "errors.py", "linalg.py", "fft.py"}
+TOP_FACES = {
+    "__init__.py",
+    "array_api.py",
+    "config.py",
+    "errors.py",
+    "linalg.py",
+    "fft.py",
+    "typing.py",
+}
 LAYER_FOLDERS = {
     "cli": "cli",
     "train": "train",

@@ -27,6 +27,7 @@ import functools
 import math
 import sys
 import types
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -41,9 +42,9 @@ from oocarr.api import (
     creation,
     indexing,
     manipulation,
+    numpy_reductions,
     searching,
     sets,
-    statistics,
 )
 from oocarr.api import elementwise as fn
 from oocarr.errors import InvalidArgumentError, NotProvidedError
@@ -83,7 +84,11 @@ _ELEMENTWISE = [
 ]
 _REDUCTIONS = ("sum", "mean", "max", "min", "any", "all")
 globals().update({name: getattr(fn, name) for name in (*_ELEMENTWISE, *_REDUCTIONS, "pow")})
-var, std = statistics.var, statistics.std
+var, std = numpy_reductions.var, numpy_reductions.std
+# NumPy's NaN-ignoring reductions, which xarray asks a namespace for (``skipna``): without them
+# ``DataArray.mean`` of floating data would go to ``np.nanmean`` and read it all into memory
+_NAN_REDUCTIONS = ("nanmean", "nansum", "nanvar", "nanstd", "nanmax", "nanmin")
+globals().update({name: getattr(numpy_reductions, name) for name in _NAN_REDUCTIONS})
 astype, matmul, where = fn.astype, fn.matmul, fn.where
 take = indexing.take
 # the linalg extension's, which the main namespace has too
@@ -179,7 +184,7 @@ def result_type(*arrays_and_dtypes: Any) -> np.dtype:
     return np.dtype(jnp.result_type(*(_dtype_of(a) for a in arrays_and_dtypes)))
 
 
-def can_cast(from_: Any, to: Any, /) -> bool:
+def can_cast(from_: Any, to: Any, /) -> builtins.bool:
     """Whether the standard's promotion casts ``from_`` to ``to`` without loss.
 
     Examples
@@ -350,7 +355,10 @@ class NamespaceFunction:
     ('DiskArray', 1.5, 'mean')
     """
 
-    def __init__(self, function: Any) -> None:
+    __wrapped__: Callable[..., Any]  # set by functools.update_wrapper, as __qualname__
+    __qualname__: str
+
+    def __init__(self, function: Callable[..., Any]) -> None:
         functools.update_wrapper(self, function)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -399,6 +407,7 @@ ARRAY_FUNCTIONS = (
     *(name for names in _ELSEWHERE.values() for name in names),
     *("pow", "var", "std", "astype", "matmul", "where", "take", "matrix_transpose", "vecdot"),
     *("permute_dims", "clip"),
+    *_NAN_REDUCTIONS,
 )
 globals().update({name: NamespaceFunction(globals()[name]) for name in ARRAY_FUNCTIONS})
 linalg = NamespaceExtension(linalg_module)
@@ -436,12 +445,21 @@ def install_namespace() -> None:
     def array_namespace(self: Any, /, *, api_version: str | None = None) -> Any:
         return namespace_of(self, api_version=api_version)
 
-    DiskArray.__array_namespace__ = array_namespace
-    DiskArrayType.__array_namespace__ = jax_core.aval_method(array_namespace)
-    DiskArray.mT = property(matrix_transpose, doc=_MT_DOC)
-    DiskArray.device = property(lambda self: "cpu", doc="Where the array is: ``'cpu'``.")
-    DiskArray.to_device = _to_device
-    DiskArrayType.mT = jax_core.aval_property(matrix_transpose)
+    # set by name: DiskArray declares them for type checkers only (under TYPE_CHECKING)
+    installed: dict[str, Any] = {
+        "__array_namespace__": array_namespace,
+        "mT": property(matrix_transpose, doc=_MT_DOC),
+        "device": property(lambda self: "cpu", doc="Where the array is: ``'cpu'``."),
+        "to_device": _to_device,
+    }
+    for name, value in installed.items():
+        setattr(DiskArray, name, value)
+    traced = {
+        "__array_namespace__": jax_core.aval_method(array_namespace),
+        "mT": jax_core.aval_property(matrix_transpose),
+    }
+    for name, value in traced.items():
+        setattr(DiskArrayType, name, value)
 
 
 def _to_device(self: Any, device: Any, /, *, stream: Any = None) -> Any:

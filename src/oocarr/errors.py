@@ -9,6 +9,8 @@ work.  Messages name the URL involved and say what to do about it.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "OocarrError",
     "NotFoundError",
@@ -58,7 +60,7 @@ class OocarrError(Exception):
         super().__init__(message)
         self.url = url
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         # raised on a cluster's worker and sent back: the class, the message and the URL
         return (type(self), self.args, {"url": self.url})
 

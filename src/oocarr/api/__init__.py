@@ -6,5 +6,9 @@
 - :mod:`~oocarr.api.creation`, :mod:`~oocarr.api.manipulation`, :mod:`~oocarr.api.indexing`;
 - :mod:`~oocarr.api.searching` (and sorting), :mod:`~oocarr.api.sets`,
   :mod:`~oocarr.api.statistics`;
-- :mod:`~oocarr.api.contraction`: ``tensordot`` and ``einsum``.
+- :mod:`~oocarr.api.contraction`: ``tensordot`` and ``einsum``;
+- :mod:`~oocarr.api.xarray_backend`: xarray's ``engine="oocarr"`` (imports xarray; not
+  imported here), with :mod:`~oocarr.api.xarray_cf` (lazy CF decoding),
+  :mod:`~oocarr.api.deferred` (elementwise ops computed when read) and
+  :mod:`~oocarr.api.numpy_reductions` (the namespace's reductions with NumPy's keywords).
 """

@@ -108,7 +108,7 @@ def setitem(x: Any, key: Any, value: Any) -> None:
     sel = _selection(key, shape)
     val = _Value.of(value, dtype)
     val.check(sel)
-    if sel.empty:
+    if isinstance(sel, _Nothing) or sel.empty:
         return
     base = _storage(x.locator)
     if not (is_scratch(base) or fused.is_fused(base) or fused.is_deferred(base)):
@@ -182,7 +182,9 @@ class _Basic:
         """The selected part of ``region``: its bounding box, the key of the part in a block of
         that box, the part's slices in selection coordinates (one per entry), and whether the
         part fills the box; ``None`` when the region holds no selected element."""
-        box, local, spans = [], [], []
+        box: list[slice] = []
+        local: list[slice | int] = []
+        spans: list[slice] = []
         full = True
         for (start, step, count, kept), r in zip(self.axes, region):
             j0, j1 = _span(start, step, count, r.start, r.stop)
@@ -305,7 +307,8 @@ def _basic(keys: tuple, shape: tuple[int, ...]) -> _Basic:
                 ) from None
     keys = tuple(k if k is None or k is Ellipsis or isinstance(k, slice) else int(k) for k in keys)
     region = key_region(keys, shape)
-    axes, entries = [], []
+    axes: list[tuple[int, int, int, bool]] = []
+    entries: list[int | None] = []
     for r in region:
         if r is None:
             entries.append(None)
@@ -564,7 +567,7 @@ def _in_place(
     if isinstance(sel, _Masked):
         sel = _Masked(_snapshot(x, sel.mask), sel.rest)
     mask_chunks = sel.mask.chunks if isinstance(sel, _Masked) and is_disk(sel.mask) else None
-    chunks = [store.chunks, mask_chunks]
+    chunks: list[Sequence[int] | None] = [store.chunks, mask_chunks]
     contiguous = isinstance(sel, _Masked) and val.rows
     tile, projection = _plan(
         store.shape, store.dtype, val, chunks, contiguous=contiguous, url=x.url
@@ -577,7 +580,7 @@ def _in_place(
     try:
         first_rows = _masked_rows(sel, val, regions, counts) if isinstance(sel, _Masked) else None
         for i, region in enumerate(regions):
-            if isinstance(sel, _Masked):
+            if isinstance(sel, _Masked) and first_rows is not None:  # the same test twice
                 m = sel.read(region, counts)
                 if not np.any(m):
                     continue

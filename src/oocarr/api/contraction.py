@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax.numpy as jnp
 
 from oocarr.api import creation, manipulation
 from oocarr.api import elementwise as fn
 from oocarr.errors import InvalidArgumentError, NotSupportedError, ShapeMismatchError
+
+if TYPE_CHECKING:
+    from oocarr.jaxlayer.disk_array import AnyArray, Result
 
 __all__ = ["tensordot", "einsum"]
 
@@ -62,7 +65,9 @@ def _contract(
     return _reshaped(out, shape), free_a, free_b
 
 
-def tensordot(x1: Any, x2: Any, /, *, axes: int | tuple[Sequence[int], Sequence[int]] = 2) -> Any:
+def tensordot(
+    x1: AnyArray, x2: AnyArray, /, *, axes: int | tuple[Sequence[int], Sequence[int]] = 2
+) -> Result:
     """Sum of products over ``axes`` (the Array API's ``tensordot``): the last ``axes`` axes
     of ``x1`` with the first of ``x2``, or the two sequences of axes given; a streamed matrix
     product, differentiable.
@@ -127,7 +132,7 @@ def _sum_alone(x: Any, term: str, keep: str) -> tuple[Any, str]:
     return fn.sum(x, axis=gone), "".join(c for c in term if c in keep)
 
 
-def einsum(subscripts: str, /, *operands: Any) -> Any:
+def einsum(subscripts: str, /, *operands: Any) -> Result:
     """Einstein summation over one or two operands, for contractions (NumPy's ``einsum``
     without diagonals or ``...``): permutes, sums and one streamed (batched) matrix product;
     differentiable.

@@ -39,7 +39,7 @@ import math
 import numbers
 import operator
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
 
 import jax
 import jax.numpy as jnp
@@ -61,6 +61,9 @@ from oocarr.ops.triangle import Tril, Triu
 from oocarr.store import pages
 from oocarr.store.blocked import BlockedArray
 from oocarr.store.scratch import scratch_locator
+
+if TYPE_CHECKING:
+    from oocarr.jaxlayer.disk_array import AnyArray, DTypeLike, Result
 
 #: The Array API's creation functions this module gives (the rest of ``__all__`` are helpers).
 FUNCTIONS = (
@@ -136,6 +139,10 @@ def _kind_of_dtype(dtype: np.dtype, value: Any) -> str:
     raise InvalidArgumentError(f"{value!r} is not a number (its NumPy dtype is {dtype})")
 
 
+@overload
+def _dtype(dtype: Any, name: str, default: str) -> np.dtype: ...
+@overload
+def _dtype(dtype: Any, name: str, default: None = None) -> np.dtype | None: ...
 def _dtype(dtype: Any, name: str, default: str | None = None) -> np.dtype | None:
     """``dtype`` as a NumPy dtype; when it is ``None``, the default dtype of kind ``default``
     (or ``None``)."""
@@ -332,10 +339,10 @@ def asarray(
     obj: Any,
     /,
     *,
-    dtype: Any = None,
+    dtype: DTypeLike | None = None,
     device: Any = None,
     copy: bool | None = None,
-) -> Any:
+) -> Result:
     """``obj`` as a ``DiskArray`` (the Array API's ``asarray``).
 
     A ``DiskArray`` is returned as it is, or cast with :func:`oocarr.astype` when ``dtype``
@@ -429,7 +436,9 @@ def _in_memory(obj: Any, dtype: np.dtype | None) -> np.ndarray:
 # ----------------------------------------------------------------------------
 # Filled arrays
 # ----------------------------------------------------------------------------
-def zeros(shape: int | Sequence[int], *, dtype: Any = None, device: Any = None) -> DiskArray:
+def zeros(
+    shape: int | Sequence[int], *, dtype: DTypeLike | None = None, device: Any = None
+) -> DiskArray:
     """A new stored array of zeros (default dtype float32, ``jax.numpy``'s).
 
     Nothing is written: new scratch storage reads as zeros (sparse where the file system
@@ -446,7 +455,9 @@ def zeros(shape: int | Sequence[int], *, dtype: Any = None, device: Any = None) 
     return write_scratch(_shape(shape, "zeros"), dtype, "zeros")
 
 
-def empty(shape: int | Sequence[int], *, dtype: Any = None, device: Any = None) -> DiskArray:
+def empty(
+    shape: int | Sequence[int], *, dtype: DTypeLike | None = None, device: Any = None
+) -> DiskArray:
     """A new stored array whose values are unspecified (they are zeros: nothing is written).
 
     Examples
@@ -459,7 +470,9 @@ def empty(shape: int | Sequence[int], *, dtype: Any = None, device: Any = None) 
     return write_scratch(_shape(shape, "empty"), dtype, "empty")
 
 
-def ones(shape: int | Sequence[int], *, dtype: Any = None, device: Any = None) -> DiskArray:
+def ones(
+    shape: int | Sequence[int], *, dtype: DTypeLike | None = None, device: Any = None
+) -> DiskArray:
     """A new stored array of ones (default dtype float32), written tile by tile.
 
     Examples
@@ -485,9 +498,9 @@ def full(
     shape: int | Sequence[int],
     fill_value: bool | int | float | complex | Any,
     *,
-    dtype: Any = None,
+    dtype: DTypeLike | None = None,
     device: Any = None,
-) -> Any:
+) -> Result:
     """A new stored array of ``shape`` filled with ``fill_value``, written tile by tile.
 
     With no ``dtype``, a Python ``bool``, ``int``, ``float`` or ``complex`` gives
@@ -531,7 +544,7 @@ def _traced_fill(shape: tuple[int, ...], fill_value: Any, dtype: np.dtype) -> An
     return fn.where(write_scratch(shape, np.bool_, "full"), value, value)
 
 
-def zeros_like(x: Any, /, *, dtype: Any = None, device: Any = None) -> DiskArray:
+def zeros_like(x: AnyArray, /, *, dtype: DTypeLike | None = None, device: Any = None) -> DiskArray:
     """A stored array of zeros with ``x``'s shape and (by default) dtype.
 
     ``x`` may be a ``DiskArray`` (traced too) or any array; only its shape and dtype are
@@ -547,7 +560,7 @@ def zeros_like(x: Any, /, *, dtype: Any = None, device: Any = None) -> DiskArray
     return zeros(_shape(x.shape, "zeros_like"), dtype=_like_dtype(x, dtype, "zeros_like"))
 
 
-def ones_like(x: Any, /, *, dtype: Any = None, device: Any = None) -> DiskArray:
+def ones_like(x: AnyArray, /, *, dtype: DTypeLike | None = None, device: Any = None) -> DiskArray:
     """A stored array of ones with ``x``'s shape and (by default) dtype.
 
     Examples
@@ -560,7 +573,7 @@ def ones_like(x: Any, /, *, dtype: Any = None, device: Any = None) -> DiskArray:
     return ones(_shape(x.shape, "ones_like"), dtype=_like_dtype(x, dtype, "ones_like"))
 
 
-def empty_like(x: Any, /, *, dtype: Any = None, device: Any = None) -> DiskArray:
+def empty_like(x: AnyArray, /, *, dtype: DTypeLike | None = None, device: Any = None) -> DiskArray:
     """A stored array with ``x``'s shape and (by default) dtype, values unspecified (zeros).
 
     Examples
@@ -574,13 +587,13 @@ def empty_like(x: Any, /, *, dtype: Any = None, device: Any = None) -> DiskArray
 
 
 def full_like(
-    x: Any,
+    x: AnyArray,
     /,
     fill_value: bool | int | float | complex | Any,
     *,
-    dtype: Any = None,
+    dtype: DTypeLike | None = None,
     device: Any = None,
-) -> Any:
+) -> Result:
     """A stored array with ``x``'s shape, filled with ``fill_value`` cast to ``dtype``
     (``x``'s dtype by default); a traced ``fill_value`` works as in :func:`full`.
 
@@ -596,7 +609,7 @@ def full_like(
 
 
 def _like_dtype(x: Any, dtype: Any, name: str) -> np.dtype:
-    return np.dtype(x.dtype) if dtype is None else _dtype(dtype, name)
+    return np.dtype(x.dtype if dtype is None else _dtype(dtype, name))
 
 
 # ----------------------------------------------------------------------------
@@ -616,7 +629,7 @@ def arange(
     stop: int | float | None = None,
     step: int | float = 1,
     *,
-    dtype: Any = None,
+    dtype: DTypeLike | None = None,
     device: Any = None,
 ) -> DiskArray:
     """Evenly spaced values in ``[start, stop)`` (``[0, start)`` when ``stop`` is omitted),
@@ -669,7 +682,7 @@ def linspace(
     /,
     num: int,
     *,
-    dtype: Any = None,
+    dtype: DTypeLike | None = None,
     device: Any = None,
     endpoint: bool = True,
 ) -> DiskArray:
@@ -700,7 +713,7 @@ def linspace(
         raise InvalidArgumentError(f"linspace: num must be non-negative, got {num}")
     kind = _range_kind(start, stop, 0.0)
     dtype = _dtype(dtype, "linspace", kind)
-    wide = np.complex128 if kind == "complex floating" else np.float64
+    wide: Callable[[Any], np.inexact] = np.complex128 if kind == "complex floating" else np.float64
     begin, end = wide(start), wide(stop)
     div = num - 1 if endpoint else num
     delta = end - begin
@@ -729,7 +742,7 @@ def eye(
     /,
     *,
     k: int = 0,
-    dtype: Any = None,
+    dtype: DTypeLike | None = None,
     device: Any = None,
 ) -> DiskArray:
     """A 2-d stored array with ones on the ``k``-th diagonal and zeros elsewhere (default dtype
@@ -817,11 +830,11 @@ def _grid(a: Any, axis: int, shape: tuple[int, ...]) -> Any:
 def _written_grid(a: Any, axis: int, shape: tuple[int, ...]) -> DiskArray:
     """``a`` (concrete, 1-d) placed along ``axis`` of ``shape``, each tile of it written from
     the slice of ``a`` it spans."""
-    source = a.store if is_disk(a) else np.asarray(a)
+    source: BlockedArray | np.ndarray = a.store if is_disk(a) else np.asarray(a)
 
     def compute(region: Region) -> np.ndarray:
         part = region[axis]
-        values = source.read_region((part,)) if is_disk(a) else source[part]
+        values = source.read_region((part,)) if isinstance(source, BlockedArray) else source[part]
         return values.reshape([-1 if d == axis else 1 for d in range(len(shape))])
 
     dtype = np.dtype(jax.dtypes.canonicalize_dtype(a.dtype))
@@ -832,7 +845,7 @@ _tril = make_op(Tril)
 _triu = make_op(Triu)
 
 
-def tril(x: Any, /, *, k: int = 0) -> Any:
+def tril(x: AnyArray, /, *, k: int = 0) -> Result:
     """The lower triangle of ``x`` (of each matrix over its last two axes): elements on and
     below the ``k``-th diagonal kept, the rest zero, like ``jax.numpy.tril``.
 
@@ -855,7 +868,7 @@ def tril(x: Any, /, *, k: int = 0) -> Any:
     return _tril(x, k=_diagonal(k, "tril"))
 
 
-def triu(x: Any, /, *, k: int = 0) -> Any:
+def triu(x: AnyArray, /, *, k: int = 0) -> Result:
     """The upper triangle of ``x`` (over its last two axes): elements on and above the
     ``k``-th diagonal kept, the rest zero, like ``jax.numpy.triu``; streamed, differentiable
     and jittable as :func:`tril` is.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import builtins
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -34,6 +34,9 @@ from oocarr.ops.matmul import Matmul
 from oocarr.ops.reductions import LogSumExp, Max, Mean, Min, Sum, normalize_axes
 from oocarr.ops.softmax import Softmax
 from oocarr.ops.transpose import Transpose
+
+if TYPE_CHECKING:
+    from oocarr.jaxlayer.disk_array import AnyArray, ArrayLike, DTypeLike, Result
 
 __all__ = [
     *UNARY,
@@ -156,6 +159,79 @@ def _weak_operands_cast(fn: Callable[..., Any], keep_int_exponent: bool = False)
     return cast_then_call
 
 
+if TYPE_CHECKING:  # the functions the loop below makes, as a type checker sees them
+
+    def negative(x: ArrayLike, /) -> Result: ...
+    def exp(x: ArrayLike, /) -> Result: ...
+    def log(x: ArrayLike, /) -> Result: ...
+    def log1p(x: ArrayLike, /) -> Result: ...
+    def tanh(x: ArrayLike, /) -> Result: ...
+    def sigmoid(x: ArrayLike, /) -> Result: ...
+    def relu(x: ArrayLike, /) -> Result: ...
+    def softplus(x: ArrayLike, /) -> Result: ...
+    def square(x: ArrayLike, /) -> Result: ...
+    def sqrt(x: ArrayLike, /) -> Result: ...
+    def abs(x: ArrayLike, /) -> Result: ...
+    def add(x1: ArrayLike, x2: ArrayLike, /) -> Result: ...
+    def subtract(x1: ArrayLike, x2: ArrayLike, /) -> Result: ...
+    def multiply(x1: ArrayLike, x2: ArrayLike, /) -> Result: ...
+    def divide(x1: ArrayLike, x2: ArrayLike, /) -> Result: ...
+    def maximum(x1: ArrayLike, x2: ArrayLike, /) -> Result: ...
+    def minimum(x1: ArrayLike, x2: ArrayLike, /) -> Result: ...
+    def power(x1: ArrayLike, x2: ArrayLike, /) -> Result: ...
+    def greater(x1: ArrayLike, x2: ArrayLike, /) -> Result: ...
+    def greater_equal(x1: ArrayLike, x2: ArrayLike, /) -> Result: ...
+    def less(x1: ArrayLike, x2: ArrayLike, /) -> Result: ...
+    def less_equal(x1: ArrayLike, x2: ArrayLike, /) -> Result: ...
+    def equal(x1: ArrayLike, x2: ArrayLike, /) -> Result: ...
+    def not_equal(x1: ArrayLike, x2: ArrayLike, /) -> Result: ...
+    def sin(x: ArrayLike, /) -> Result: ...
+    def cos(x: ArrayLike, /) -> Result: ...
+    def tan(x: ArrayLike, /) -> Result: ...
+    def asin(x: ArrayLike, /) -> Result: ...
+    def acos(x: ArrayLike, /) -> Result: ...
+    def atan(x: ArrayLike, /) -> Result: ...
+    def sinh(x: ArrayLike, /) -> Result: ...
+    def cosh(x: ArrayLike, /) -> Result: ...
+    def asinh(x: ArrayLike, /) -> Result: ...
+    def acosh(x: ArrayLike, /) -> Result: ...
+    def atanh(x: ArrayLike, /) -> Result: ...
+    def expm1(x: ArrayLike, /) -> Result: ...
+    def log2(x: ArrayLike, /) -> Result: ...
+    def log10(x: ArrayLike, /) -> Result: ...
+    def floor(x: ArrayLike, /) -> Result: ...
+    def ceil(x: ArrayLike, /) -> Result: ...
+    def round(x: ArrayLike, /) -> Result: ...
+    def trunc(x: ArrayLike, /) -> Result: ...
+    def sign(x: ArrayLike, /) -> Result: ...
+    def positive(x: ArrayLike, /) -> Result: ...
+    def reciprocal(x: ArrayLike, /) -> Result: ...
+    def conj(x: ArrayLike, /) -> Result: ...
+    def real(x: ArrayLike, /) -> Result: ...
+    def imag(x: ArrayLike, /) -> Result: ...
+    def floor_divide(x1: ArrayLike, x2: ArrayLike, /) -> Result: ...
+    def remainder(x1: ArrayLike, x2: ArrayLike, /) -> Result: ...
+    def atan2(x1: ArrayLike, x2: ArrayLike, /) -> Result: ...
+    def hypot(x1: ArrayLike, x2: ArrayLike, /) -> Result: ...
+    def copysign(x1: ArrayLike, x2: ArrayLike, /) -> Result: ...
+    def nextafter(x1: ArrayLike, x2: ArrayLike, /) -> Result: ...
+    def logaddexp(x1: ArrayLike, x2: ArrayLike, /) -> Result: ...
+    def isnan(x: ArrayLike, /) -> Result: ...
+    def isinf(x: ArrayLike, /) -> Result: ...
+    def isfinite(x: ArrayLike, /) -> Result: ...
+    def signbit(x: ArrayLike, /) -> Result: ...
+    def logical_not(x: ArrayLike, /) -> Result: ...
+    def logical_and(x1: ArrayLike, x2: ArrayLike, /) -> Result: ...
+    def logical_or(x1: ArrayLike, x2: ArrayLike, /) -> Result: ...
+    def logical_xor(x1: ArrayLike, x2: ArrayLike, /) -> Result: ...
+    def bitwise_and(x1: ArrayLike, x2: ArrayLike, /) -> Result: ...
+    def bitwise_or(x1: ArrayLike, x2: ArrayLike, /) -> Result: ...
+    def bitwise_xor(x1: ArrayLike, x2: ArrayLike, /) -> Result: ...
+    def bitwise_left_shift(x1: ArrayLike, x2: ArrayLike, /) -> Result: ...
+    def bitwise_right_shift(x1: ArrayLike, x2: ArrayLike, /) -> Result: ...
+    def bitwise_invert(x: ArrayLike, /) -> Result: ...
+
+
 _globals = globals()
 for _group in (UNARY, BINARY, COMPARISON, MATH, MATH_BINARY, PREDICATES, BITWISE):
     for _name, _cls in _group.items():
@@ -164,12 +240,12 @@ for _group in (UNARY, BINARY, COMPARISON, MATH, MATH_BINARY, PREDICATES, BITWISE
         if _arity == 2:
             _fn = _weak_operands_cast(_fn, keep_int_exponent=_name == "power")
         _globals[_name] = _fn
-pow = _globals["power"]  # noqa: A001 (the Array API's name for ``power``)
+pow = power  # noqa: A001 (the Array API's name for ``power``)
 
 _casts = {name: make_op(cls) for name, cls in CASTS.items()}
 
 
-def astype(x: Any, dtype: Any, /, *, copy: bool = True, device: Any = None) -> Any:
+def astype(x: AnyArray, dtype: DTypeLike, /, *, copy: bool = True, device: Any = None) -> AnyArray:
     """``x`` cast to ``dtype`` elementwise, as ``jax.numpy``'s ``astype`` casts (the Array API's
     ``astype``); differentiable between floating types.
 
@@ -204,7 +280,7 @@ _sum = make_op(Sum)
 _mean = make_op(Mean)
 
 
-def sum(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Any:  # noqa: A001
+def sum(x: ArrayLike, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Result:  # noqa: A001
     """Sum over ``axis`` (all axes by default), streaming the input tile by tile.
 
     Examples
@@ -217,7 +293,7 @@ def sum(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = Fals
     return _sum(x, axis=axis, keepdims=keepdims) if streamed is None else streamed
 
 
-def mean(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Any:
+def mean(x: AnyArray, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Result:
     """Mean over ``axis`` (all axes by default), streaming the input tile by tile.
 
     Examples
@@ -242,7 +318,7 @@ _logsumexp = make_op(LogSumExp)
 _where = make_op(Where)
 
 
-def max(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Any:  # noqa: A001
+def max(x: ArrayLike, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Result:  # noqa: A001
     """Maximum over ``axis``; the gradient goes to the maximal elements.
 
     Examples
@@ -255,7 +331,7 @@ def max(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = Fals
     return _max(x, axis=axis, keepdims=keepdims)
 
 
-def min(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Any:  # noqa: A001
+def min(x: ArrayLike, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Result:  # noqa: A001
     """Minimum over ``axis``; the gradient goes to the minimal elements.
 
     Examples
@@ -282,7 +358,9 @@ def _check_not_empty(name: str, x: Any, axis: int | tuple[int, ...] | None) -> N
         )
 
 
-def logsumexp(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Any:
+def logsumexp(
+    x: ArrayLike, axis: int | tuple[int, ...] | None = None, keepdims: bool = False
+) -> Result:
     """``log(sum(exp(x)))`` over ``axis``, computed stably in one streaming pass.
 
     Examples
@@ -294,7 +372,7 @@ def logsumexp(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool 
     return _logsumexp(x, axis=axis, keepdims=keepdims)
 
 
-def any(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Any:  # noqa: A001
+def any(x: ArrayLike, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Result:  # noqa: A001
     """Whether any element over ``axis`` (all axes by default) is true (non-zero), streamed.
 
     Examples
@@ -311,7 +389,7 @@ def any(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = Fals
     return _max(_globals["not_equal"](x, 0), axis=axis, keepdims=keepdims)
 
 
-def all(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Any:  # noqa: A001
+def all(x: ArrayLike, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Result:  # noqa: A001
     """Whether every element over ``axis`` (all axes by default) is true (non-zero), streamed.
 
     Examples
@@ -330,7 +408,7 @@ def all(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = Fals
 _softmax = make_op(Softmax)
 
 
-def softmax(x: Any, axis: int = -1) -> Any:
+def softmax(x: ArrayLike, axis: int = -1) -> Result:
     """``exp(x) / sum(exp(x), axis)``, like ``jax.nn.softmax``, streamed a panel of rows at a time.
 
     Rows longer than a tile are handled in two passes (statistics, then
@@ -359,7 +437,7 @@ def softmax(x: Any, axis: int = -1) -> Any:
     return _softmax(x, axis=axis)
 
 
-def where(condition: Any, x: Any, y: Any) -> Any:
+def where(condition: ArrayLike, x: ArrayLike, y: ArrayLike) -> Result:
     """Elements of ``x`` where ``condition`` holds, else of ``y`` (NumPy broadcasting).
 
     Examples
@@ -389,7 +467,7 @@ matmul = make_op(
 _transpose = make_op(Transpose)
 
 
-def transpose(x: Any, axes: tuple[int, ...] | None = None) -> Any:
+def transpose(x: ArrayLike, axes: tuple[int, ...] | None = None) -> Result:
     """Permute the axes (reverse them by default), tile by tile.
 
     Examples
@@ -401,7 +479,7 @@ def transpose(x: Any, axes: tuple[int, ...] | None = None) -> Any:
     return _transpose(x, axes=None if axes is None else tuple(axes))
 
 
-def _swap(fn):
+def _swap(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
     return lambda x, y: fn(y, x)
 
 
@@ -546,7 +624,7 @@ def install_operators() -> None:
     for name, fn in _OPERATORS.items():
         setattr(DiskArray, f"__{name}__", _operator(name, fn))
         setattr(DiskArrayType, f"_{name}", staticmethod(fn))
-    methods = {
+    methods: dict[str, Callable[..., Any]] = {
         "sum": sum,
         "mean": mean,
         "max": max,
@@ -558,14 +636,23 @@ def install_operators() -> None:
         "update_": update,
     }
     add_methods(methods)
-    DiskArray.__bool__ = _truth
-    DiskArray.__setitem__ = _setitem
-    DiskArrayType._setitem = staticmethod(_setitem)  # a traced one: immutable, says how
-    DiskArray.__int__ = lambda self: _scalar(self, int)
-    DiskArray.__float__ = lambda self: _scalar(self, float)
-    DiskArray.__complex__ = lambda self: _scalar(self, complex)
-    DiskArray.__index__ = _index
-    # defining __eq__ would otherwise leave the handle unhashable; handles are identities
-    DiskArray.__hash__ = object.__hash__
-    DiskArray.T = property(transpose)
-    DiskArrayType.T = jax_core.aval_property(transpose)
+    # set by name: DiskArray declares them for type checkers only (under TYPE_CHECKING)
+    protocol: dict[str, Any] = {
+        "__bool__": _truth,
+        "__setitem__": _setitem,
+        "__int__": lambda self: _scalar(self, int),
+        "__float__": lambda self: _scalar(self, float),
+        "__complex__": lambda self: _scalar(self, complex),
+        "__index__": _index,
+        # defining __eq__ would otherwise leave the handle unhashable; handles are identities
+        "__hash__": object.__hash__,
+        "T": property(transpose),
+    }
+    for name, value in protocol.items():
+        setattr(DiskArray, name, value)
+    traced = {
+        "_setitem": staticmethod(_setitem),  # a traced one: immutable, says how
+        "T": jax_core.aval_property(transpose),
+    }
+    for name, value in traced.items():
+        setattr(DiskArrayType, name, value)

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
@@ -45,6 +45,9 @@ from oocarr.errors import InvalidArgumentError, NotSupportedError
 from oocarr.jaxlayer.disk_array import DiskArray
 from oocarr.jaxlayer.make_op import make_op
 from oocarr.ops.fft import FFT, NORMS
+
+if TYPE_CHECKING:
+    from oocarr.jaxlayer.disk_array import AnyArray, ArrayLike, DTypeLike, Result
 
 __all__ = [
     "fft",
@@ -167,7 +170,7 @@ def _nd(kind: str, x: Any, s: Any, axes: Any, norm: Any, name: str) -> Any:
 # ----------------------------------------------------------------------------
 # One axis
 # ----------------------------------------------------------------------------
-def fft(x: Any, /, *, n: int | None = None, axis: int = -1, norm: str = "backward") -> Any:
+def fft(x: ArrayLike, /, *, n: int | None = None, axis: int = -1, norm: str = "backward") -> Result:
     """The one-dimensional discrete Fourier transform along ``axis``, streamed over the
     other axes.
 
@@ -207,7 +210,9 @@ def fft(x: Any, /, *, n: int | None = None, axis: int = -1, norm: str = "backwar
     return _one("fft", x, n, axis, norm)
 
 
-def ifft(x: Any, /, *, n: int | None = None, axis: int = -1, norm: str = "backward") -> Any:
+def ifft(
+    x: ArrayLike, /, *, n: int | None = None, axis: int = -1, norm: str = "backward"
+) -> Result:
     """The one-dimensional inverse discrete Fourier transform along ``axis``, streamed.
 
     Parameters as :func:`fft` (``norm="backward"`` scales the inverse by ``1/n``).
@@ -223,7 +228,9 @@ def ifft(x: Any, /, *, n: int | None = None, axis: int = -1, norm: str = "backwa
     return _one("ifft", x, n, axis, norm)
 
 
-def rfft(x: Any, /, *, n: int | None = None, axis: int = -1, norm: str = "backward") -> Any:
+def rfft(
+    x: ArrayLike, /, *, n: int | None = None, axis: int = -1, norm: str = "backward"
+) -> Result:
     """The one-dimensional discrete Fourier transform of a real array along ``axis``: the
     ``n // 2 + 1`` non-negative frequencies.
 
@@ -240,7 +247,9 @@ def rfft(x: Any, /, *, n: int | None = None, axis: int = -1, norm: str = "backwa
     return _one("rfft", x, n, axis, norm)
 
 
-def irfft(x: Any, /, *, n: int | None = None, axis: int = -1, norm: str = "backward") -> Any:
+def irfft(
+    x: ArrayLike, /, *, n: int | None = None, axis: int = -1, norm: str = "backward"
+) -> Result:
     """The inverse of :func:`rfft` along ``axis``: a real array of ``n`` elements along it
     (default ``2 * (m - 1)`` for an axis of ``m``), from the non-negative frequencies.
 
@@ -258,7 +267,9 @@ def irfft(x: Any, /, *, n: int | None = None, axis: int = -1, norm: str = "backw
     return _one("irfft", x, n, axis, norm)
 
 
-def hfft(x: Any, /, *, n: int | None = None, axis: int = -1, norm: str = "backward") -> Any:
+def hfft(
+    x: ArrayLike, /, *, n: int | None = None, axis: int = -1, norm: str = "backward"
+) -> Result:
     """The discrete Fourier transform of a signal with Hermitian symmetry, given by its first
     half along ``axis``: a real array of ``n`` elements along it (default ``2 * (m - 1)``).
 
@@ -275,7 +286,9 @@ def hfft(x: Any, /, *, n: int | None = None, axis: int = -1, norm: str = "backwa
     return _one("hfft", x, n, axis, norm)
 
 
-def ihfft(x: Any, /, *, n: int | None = None, axis: int = -1, norm: str = "backward") -> Any:
+def ihfft(
+    x: ArrayLike, /, *, n: int | None = None, axis: int = -1, norm: str = "backward"
+) -> Result:
     """The inverse of :func:`hfft` along ``axis``: the ``n // 2 + 1`` first elements of the
     Hermitian-symmetric spectrum of a real array.
 
@@ -297,13 +310,13 @@ def ihfft(x: Any, /, *, n: int | None = None, axis: int = -1, norm: str = "backw
 # Several axes
 # ----------------------------------------------------------------------------
 def fftn(
-    x: Any,
+    x: ArrayLike,
     /,
     *,
     s: Sequence[int] | None = None,
     axes: Sequence[int] | None = None,
     norm: str = "backward",
-) -> Any:
+) -> Result:
     """The n-dimensional discrete Fourier transform over ``axes``: :func:`fft` along each.
 
     Parameters
@@ -337,13 +350,13 @@ def fftn(
 
 
 def ifftn(
-    x: Any,
+    x: ArrayLike,
     /,
     *,
     s: Sequence[int] | None = None,
     axes: Sequence[int] | None = None,
     norm: str = "backward",
-) -> Any:
+) -> Result:
     """The n-dimensional inverse discrete Fourier transform: :func:`ifft` along each of
     ``axes``.  Parameters as :func:`fftn`.
 
@@ -359,13 +372,13 @@ def ifftn(
 
 
 def rfftn(
-    x: Any,
+    x: AnyArray,
     /,
     *,
     s: Sequence[int] | None = None,
     axes: Sequence[int] | None = None,
     norm: str = "backward",
-) -> Any:
+) -> AnyArray:
     """The n-dimensional discrete Fourier transform of a real array: :func:`rfft` along the
     last of ``axes`` (``s[-1] // 2 + 1`` elements), then :func:`fft` along the others.
 
@@ -392,13 +405,13 @@ def rfftn(
 
 
 def irfftn(
-    x: Any,
+    x: ArrayLike,
     /,
     *,
     s: Sequence[int] | None = None,
     axes: Sequence[int] | None = None,
     norm: str = "backward",
-) -> Any:
+) -> Result:
     """The inverse of :func:`rfftn`: :func:`ifft` along all but the last of ``axes``, then
     :func:`irfft` along the last (``s[-1]`` elements, default ``2 * (m - 1)``).
 
@@ -446,7 +459,9 @@ def _frequencies(n: Any, d: Any, device: Any, dtype: Any, name: str, half: bool)
     return write_scratch((length,), dtype, name, compute)
 
 
-def fftfreq(n: int, /, *, d: float = 1.0, device: Any = None, dtype: Any = None) -> DiskArray:
+def fftfreq(
+    n: int, /, *, d: float = 1.0, device: Any = None, dtype: DTypeLike | None = None
+) -> DiskArray:
     """The sample frequencies of an ``n``-point :func:`fft` with sample spacing ``d``:
     ``[0, 1, ..., (n - 1) // 2, -(n // 2), ..., -1] / (d * n)``.
 
@@ -477,7 +492,9 @@ def fftfreq(n: int, /, *, d: float = 1.0, device: Any = None, dtype: Any = None)
     return _frequencies(n, d, device, dtype, "fftfreq", half=False)
 
 
-def rfftfreq(n: int, /, *, d: float = 1.0, device: Any = None, dtype: Any = None) -> DiskArray:
+def rfftfreq(
+    n: int, /, *, d: float = 1.0, device: Any = None, dtype: DTypeLike | None = None
+) -> DiskArray:
     """The sample frequencies of an ``n``-point :func:`rfft` with sample spacing ``d``:
     ``[0, 1, ..., n // 2] / (d * n)``.  Parameters as :func:`fftfreq`.
 
@@ -509,7 +526,7 @@ def _shift(x: Any, axes: Any, sign: int, name: str) -> Any:
     return roll(x, tuple(sign * (shape[a] // 2) for a in axes), axis=axes)
 
 
-def fftshift(x: Any, /, *, axes: int | Sequence[int] | None = None) -> Any:
+def fftshift(x: ArrayLike, /, *, axes: int | Sequence[int] | None = None) -> Result:
     """``x`` with the zero-frequency term moved to the middle of each of ``axes`` (all by
     default): a roll by ``n // 2`` along each, streamed.
 
@@ -523,7 +540,7 @@ def fftshift(x: Any, /, *, axes: int | Sequence[int] | None = None) -> Any:
     return _shift(x, axes, 1, "fftshift")
 
 
-def ifftshift(x: Any, /, *, axes: int | Sequence[int] | None = None) -> Any:
+def ifftshift(x: ArrayLike, /, *, axes: int | Sequence[int] | None = None) -> Result:
     """The inverse of :func:`fftshift`: a roll by ``-(n // 2)`` along each of ``axes``.
 
     Examples

@@ -13,7 +13,7 @@ selection has a data-dependent shape, so under ``jax.jit`` only a mask known whe
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
@@ -27,6 +27,9 @@ from oocarr.jaxlayer.make_op import make_op
 from oocarr.ops.slicing import Slice
 from oocarr.ops.take import Take, checked_indices
 from oocarr.store.views import key_region
+
+if TYPE_CHECKING:
+    from oocarr.jaxlayer.disk_array import AnyArray, Result
 
 __all__ = ["take", "install_indexing"]
 
@@ -42,7 +45,7 @@ def _whole(k: slice) -> bool:
     return k.start is None and k.stop is None and k.step is None
 
 
-def take(x: Any, indices: Any, /, *, axis: int | None = None) -> Any:
+def take(x: AnyArray, indices: Any, /, *, axis: int | None = None) -> Result:
     """Elements of ``x`` at ``indices`` along ``axis`` (the Array API's ``take``), read in
     sorted order tile by tile; differentiable in ``x`` (repeated indices add their gradients).
 
@@ -162,7 +165,7 @@ def _scalar_mask(x: Any, keys: tuple, at: int, mask: Any, traced: bool) -> Any:
     return _basic(y, (slice(None),) * axis + (slice(0, 0),) + (Ellipsis,), traced)
 
 
-def getitem(x: Any, key: Any, traced: bool = False) -> Any:
+def getitem(x: AnyArray, key: Any, traced: bool = False) -> Result:
     """``x[key]`` for any NumPy key oocarr supports (see the module's docstring).
 
     Examples
@@ -255,5 +258,6 @@ def install_indexing() -> None:
     >>> np.asarray(oocarr.from_numpy(np.arange(5))[[4, 1]])
     array([4, 1])
     """
-    DiskArray.__getitem__ = _eager_getitem
-    DiskArrayType._getitem = staticmethod(lambda x, key: getitem(x, key, traced=True))
+    # set by name: mypy sees DiskArray's own __getitem__ (a view), the type's is JAX's
+    setattr(DiskArray, "__getitem__", _eager_getitem)  # noqa: B010
+    setattr(DiskArrayType, "_getitem", staticmethod(lambda x, key: getitem(x, key, traced=True)))  # noqa: B010

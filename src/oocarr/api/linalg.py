@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -35,6 +35,9 @@ from oocarr.api import elementwise as fn
 from oocarr.errors import InvalidArgumentError, ShapeMismatchError
 from oocarr.jaxlayer.make_op import make_op
 from oocarr.ops.diagonal import Diagonal
+
+if TYPE_CHECKING:
+    from oocarr.jaxlayer.disk_array import AnyArray, ArrayLike, DTypeLike, Result
 
 __all__ = [
     "cross",
@@ -134,7 +137,7 @@ def _squared_magnitude(x: Any) -> Any:
 # ----------------------------------------------------------------------------
 # products
 # ----------------------------------------------------------------------------
-def matmul(x1: Any, x2: Any, /) -> Any:
+def matmul(x1: ArrayLike, x2: ArrayLike, /) -> Result:
     """Matrix product ``x1 @ x2`` with NumPy's rules (stacks broadcast over their batch axes,
     1-d operands are vectors), streamed tile by tile; differentiable.
 
@@ -148,7 +151,9 @@ def matmul(x1: Any, x2: Any, /) -> Any:
     return fn.matmul(x1, x2)
 
 
-def tensordot(x1: Any, x2: Any, /, *, axes: int | tuple[Sequence[int], Sequence[int]] = 2) -> Any:
+def tensordot(
+    x1: AnyArray, x2: AnyArray, /, *, axes: int | tuple[Sequence[int], Sequence[int]] = 2
+) -> Result:
     """Sum of products over ``axes``: the last ``axes`` axes of ``x1`` with the first of
     ``x2``, or the two sequences of axes given; one streamed matrix product.
 
@@ -162,7 +167,7 @@ def tensordot(x1: Any, x2: Any, /, *, axes: int | tuple[Sequence[int], Sequence[
     return contraction.tensordot(x1, x2, axes=axes)
 
 
-def matrix_transpose(x: Any, /) -> Any:
+def matrix_transpose(x: AnyArray, /) -> Result:
     """Each matrix of a stack transposed (its last two axes swapped), copied tile by tile.
 
     Examples
@@ -180,7 +185,7 @@ def matrix_transpose(x: Any, /) -> Any:
     return fn.transpose(x, (*range(ndim - 2), ndim - 1, ndim - 2))
 
 
-def vecdot(x1: Any, x2: Any, /, *, axis: int = -1) -> Any:
+def vecdot(x1: AnyArray, x2: AnyArray, /, *, axis: int = -1) -> Result:
     """The dot product of the vectors along ``axis`` (``x1`` conjugated), broadcast over the
     other axes: ``sum(conj(x1) * x2, axis)``, the product fused into the sum under ``jax.jit``.
 
@@ -207,7 +212,7 @@ def vecdot(x1: Any, x2: Any, /, *, axis: int = -1) -> Any:
     return _sum(fn.multiply(x1, x2), axis=axis, dtype=dtype)
 
 
-def outer(x1: Any, x2: Any, /) -> Any:
+def outer(x1: AnyArray, x2: AnyArray, /) -> Result:
     """The outer product of two vectors: ``x1[:, None] * x2``, each output tile computed from
     the slices of ``x1`` and ``x2`` it spans.
 
@@ -226,7 +231,7 @@ def outer(x1: Any, x2: Any, /) -> Any:
     return fn.multiply(manipulation.expand_dims(x1, axis=1), x2)
 
 
-def cross(x1: Any, x2: Any, /, *, axis: int = -1) -> Any:
+def cross(x1: AnyArray, x2: AnyArray, /, *, axis: int = -1) -> Result:
     """The cross product of 3-element vectors along ``axis``, broadcast over the other axes.
 
     Each component (``x1[1] * x2[2] - x1[2] * x2[1]`` ...) is an elementwise expression of
@@ -264,7 +269,7 @@ def cross(x1: Any, x2: Any, /, *, axis: int = -1) -> Any:
 # ----------------------------------------------------------------------------
 # diagonal and trace
 # ----------------------------------------------------------------------------
-def diagonal(x: Any, /, *, offset: int = 0) -> Any:
+def diagonal(x: AnyArray, /, *, offset: int = 0) -> Result:
     """The ``offset``-th diagonal of each matrix of a stack (its last two axes): shape
     ``(*batch, k)``; ``offset > 0`` above the main diagonal, ``< 0`` below.
 
@@ -288,7 +293,7 @@ def diagonal(x: Any, /, *, offset: int = 0) -> Any:
     return _diagonal(x, offset=offset)
 
 
-def trace(x: Any, /, *, offset: int = 0, dtype: Any = None) -> Any:
+def trace(x: AnyArray, /, *, offset: int = 0, dtype: DTypeLike | None = None) -> Result:
     """The sum of the ``offset``-th diagonal of each matrix of a stack: shape ``batch``.
 
     ``dtype`` casts the diagonal before it is summed, as the standard's ``sum`` does; with
@@ -307,7 +312,9 @@ def trace(x: Any, /, *, offset: int = 0, dtype: Any = None) -> Any:
 # ----------------------------------------------------------------------------
 # norms
 # ----------------------------------------------------------------------------
-def vector_norm(x: Any, /, *, axis: Axis = None, keepdims: bool = False, ord: float = 2) -> Any:
+def vector_norm(
+    x: AnyArray, /, *, axis: Axis = None, keepdims: bool = False, ord: float = 2
+) -> Result:
     """The vector norm of ``x`` over ``axis`` (all axes by default, as one vector).
 
     ``ord``: ``2`` (Euclidean, ``sqrt(sum(|x|**2))``), ``1`` (``sum(|x|)``), ``inf``
@@ -370,7 +377,7 @@ def _svdvals(x: Any) -> Any:
     return svdvals(manipulation.concat([top, bottom], axis=-2))[..., ::2]
 
 
-def matrix_norm(x: Any, /, *, keepdims: bool = False, ord: Any = "fro") -> Any:
+def matrix_norm(x: AnyArray, /, *, keepdims: bool = False, ord: Any = "fro") -> Result:
     """The matrix norm of each matrix of a stack (its last two axes).
 
     ``ord``: ``"fro"`` (Frobenius, ``sqrt(sum(|x|**2))``), ``1`` / ``-1`` (the largest /

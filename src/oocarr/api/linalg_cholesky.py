@@ -9,7 +9,7 @@ stack of matrices is factored one matrix at a time; an in-memory array goes to
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import jax.numpy as jnp
 import numpy as np
@@ -20,6 +20,9 @@ from oocarr.errors import InvalidArgumentError, UnsupportedDtypeError
 from oocarr.jaxlayer.disk_array import is_disk
 from oocarr.jaxlayer.make_op import make_op
 from oocarr.ops.cholesky import Cholesky
+
+if TYPE_CHECKING:
+    from oocarr.jaxlayer.disk_array import AnyArray
 
 __all__ = ["cholesky"]
 
@@ -39,7 +42,7 @@ def _check(shape: tuple[int, ...], dtype: np.dtype) -> None:
         )
 
 
-def cholesky(x: Any, /, *, upper: bool = False) -> Any:
+def cholesky(x: AnyArray, /, *, upper: bool = False) -> AnyArray:
     """The Cholesky factor of a symmetric positive-definite matrix (of each of a stack).
 
     ``x = L Lᴴ`` with ``L`` lower triangular, or ``U = Lᴴ`` upper triangular when ``upper``.

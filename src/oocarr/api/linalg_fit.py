@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -40,6 +40,9 @@ from oocarr.engine.budget import memory_budget_bytes
 from oocarr.errors import InvalidArgumentError
 from oocarr.jaxlayer.disk_array import DiskArray, is_disk
 from oocarr.jaxlayer.make_op import materialize
+
+if TYPE_CHECKING:
+    from oocarr.jaxlayer.disk_array import AnyArray, ArrayLike, Result
 
 __all__ = [
     "EighResult",
@@ -129,7 +132,7 @@ def _require_fits(name: str, x: Any, results_kept: int = 0) -> None:
     )
 
 
-def read_whole(name: str, x: Any, copies: int) -> jax.Array:
+def read_whole(name: str, x: AnyArray, copies: int) -> jax.Array:
     """``x`` read whole into memory, differentiably, once it is known to fit the budget with
     ``copies`` working copies beside it (refused before any I/O otherwise): for what no
     streamed algorithm of oocarr computes (the TSQR functions of a complex matrix).
@@ -159,7 +162,7 @@ def is_complex(*arrays: Any) -> bool:
     return any(is_disk(a) and np.dtype(a.dtype).kind == "c" for a in arrays)
 
 
-def in_memory(name: str, x: Any, copies: int = 4) -> Any:
+def in_memory(name: str, x: AnyArray, copies: int = 4) -> jax.Array:
     """``x`` in memory: read whole (:func:`read_whole`) when stored, else as a JAX array."""
     return read_whole(name, x, copies) if is_disk(x) else jnp.asarray(x)
 
@@ -194,7 +197,7 @@ def _stored_stack(stored: list[Any], batch: tuple[int, ...], empty: Any) -> Any:
     return manipulation.reshape(joined, (*batch, *stored[0].shape))
 
 
-def eigh(x: Any, /) -> EighResult:
+def eigh(x: ArrayLike, /) -> EighResult:
     """The eigenvalues (ascending) and eigenvectors of a symmetric (Hermitian) matrix, or of
     each matrix of a stack, as ``jax.numpy.linalg.eigh`` gives them (its lower triangle
     used, symmetrized).
@@ -231,7 +234,7 @@ def eigh(x: Any, /) -> EighResult:
     return EighResult(values, vectors)
 
 
-def eigvalsh(x: Any, /) -> jax.Array:
+def eigvalsh(x: ArrayLike, /) -> jax.Array:
     """The eigenvalues (ascending) of a symmetric (Hermitian) matrix, or of each matrix of a
     stack, as ``jax.numpy.linalg.eigvalsh`` gives them.
 
@@ -284,7 +287,7 @@ def _check_rtol(rtol: Any, batch: tuple[int, ...], name: str) -> None:
         )
 
 
-def pinv(x: Any, /, *, rtol: float | Any | None = None) -> Any:
+def pinv(x: ArrayLike, /, *, rtol: float | Any | None = None) -> Result:
     """The Moore-Penrose pseudo-inverse of a matrix, or of each matrix of a stack: the
     singular values at most ``rtol`` times the largest count as zero (default
     ``max(M, N) · eps`` of the matrix's floating dtype, the Array API's).
@@ -331,7 +334,7 @@ def _rank(m: jax.Array, rtol: Any) -> jax.Array:
     return jnp.sum(s > jnp.asarray(rtol, s.dtype)[..., None] * largest, axis=-1)
 
 
-def matrix_rank(x: Any, /, *, rtol: float | Any | None = None) -> jax.Array:
+def matrix_rank(x: ArrayLike, /, *, rtol: float | Any | None = None) -> jax.Array:
     """The rank of a matrix, or of each matrix of a stack: how many singular values are
     larger than ``rtol`` times the largest (default ``max(M, N) · eps`` of the matrix's
     floating dtype), as the Array API says.  ``rtol`` may be an array, one tolerance per
@@ -361,7 +364,7 @@ def matrix_rank(x: Any, /, *, rtol: float | Any | None = None) -> jax.Array:
     return _stacked(found, batch, jnp.zeros(batch, dtype))
 
 
-def matrix_power(x: Any, n: int, /) -> Any:
+def matrix_power(x: AnyArray, n: int, /) -> Result:
     """A square matrix (each matrix of a stack) raised to the integer power ``n``, by repeated
     squaring as ``jax.numpy.linalg.matrix_power``; ``n = 0`` gives the identity, a negative
     ``n`` the inverse's power.

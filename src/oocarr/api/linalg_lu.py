@@ -19,7 +19,7 @@ gradients.  Stacks (more than 2 axes) are solved one matrix at a time.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
@@ -31,6 +31,9 @@ from oocarr.jaxlayer.disk_array import is_disk
 from oocarr.jaxlayer.make_op import make_op
 from oocarr.ops.lu import compute_dtype
 from oocarr.ops.lu_solve import LUDeterminant, LUInverse, LUSolve
+
+if TYPE_CHECKING:
+    from oocarr.jaxlayer.disk_array import AnyArray, Result
 
 __all__ = ["SlogdetResult", "det", "inv", "slogdet", "solve"]
 
@@ -86,7 +89,7 @@ def _stacked(results: list[Any], batch: tuple[int, ...], tail: tuple[int, ...]) 
     return jnp.stack([jnp.asarray(r) for r in results]).reshape(*batch, *tail)
 
 
-def solve(x1: Any, x2: Any, /) -> Any:
+def solve(x1: AnyArray, x2: AnyArray, /) -> Result:
     """The solution ``x`` of ``x1 @ x = x2`` for square ``x1``, as ``jax.numpy.linalg.solve``.
 
     Parameters
@@ -149,7 +152,7 @@ def solve(x1: Any, x2: Any, /) -> Any:
     return _stacked(results, batch, tail)
 
 
-def inv(x: Any, /) -> Any:
+def inv(x: AnyArray, /) -> Result:
     """The inverse of a square matrix (of each matrix of a stack), as
     ``jax.numpy.linalg.inv``: ``solve`` against the identity, out of core for a stored ``x``;
     ``inf``/``nan`` values for a singular one.
@@ -181,7 +184,7 @@ def _slogdet_pairs(x: Any, name: str) -> Any:
     return jnp.stack([_det(x[index], log=True) for index in np.ndindex(*batch)]).reshape(*batch, 2)
 
 
-def det(x: Any, /) -> Any:
+def det(x: AnyArray, /) -> Result:
     """The determinant of a square matrix (of each matrix of a stack), as
     ``jax.numpy.linalg.det``: the product of ``U``'s diagonal and the permutation's sign,
     from one out-of-core LU pass of a stored ``x``; 0 for a singular matrix (its gradient
@@ -203,7 +206,7 @@ def det(x: Any, /) -> Any:
     return jnp.stack([_det(x[index], log=False) for index in np.ndindex(*batch)]).reshape(batch)
 
 
-def slogdet(x: Any, /) -> SlogdetResult:
+def slogdet(x: AnyArray, /) -> SlogdetResult:
     """``(sign, logabsdet)`` of the determinant of a square matrix (of each matrix of a
     stack), as ``jax.numpy.linalg.slogdet``: ``log|det|`` sums the logarithms of ``U``'s
     diagonal, so it does not overflow; ``(0, -inf)`` for a singular matrix.

@@ -28,7 +28,7 @@ stored results stacked; ``lstsq`` takes one matrix, as NumPy's and
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -42,6 +42,9 @@ from oocarr.jaxlayer.disk_array import is_disk
 from oocarr.jaxlayer.make_op import make_op
 from oocarr.ops.tsqr import TSQR
 from oocarr.ops.tsqr_q import TSQRQ
+
+if TYPE_CHECKING:
+    from oocarr.jaxlayer.disk_array import AnyArray, ArrayLike
 
 __all__ = ["QRResult", "SVDResult", "lstsq", "qr", "r_factor", "svd", "svdvals"]
 
@@ -89,7 +92,7 @@ def _transposed(x: Any) -> Any:
     return fn.transpose(x, (1, 0))
 
 
-def r_factor(x: Any, /) -> jax.Array:
+def r_factor(x: ArrayLike, /) -> jax.Array:
     """The R factor of ``x = QR`` for a tall matrix (m ≥ n), with a non-negative diagonal, by
     TSQR over its row panels (one pass, under the memory budget).
 
@@ -106,7 +109,7 @@ def r_factor(x: Any, /) -> jax.Array:
     return _r_factor(x)
 
 
-def svdvals(x: Any, /) -> jax.Array:
+def svdvals(x: AnyArray, /) -> jax.Array:
     """The singular values of a matrix (of each matrix of a stack), in descending order: those
     of its TSQR factor R.
 
@@ -146,7 +149,7 @@ def _per_matrix(x: Any, factor: Any, stored: tuple[bool, ...], empty: Any) -> tu
     for i, is_stored in enumerate(stored):
         parts = [f[i] for f in found]
         if is_stored:
-            joined = manipulation.stack(parts, axis=0)
+            joined: AnyArray = manipulation.stack(parts, axis=0)
             if len(batch) > 1:
                 joined = manipulation.reshape(joined, (*batch, *parts[0].shape))
         else:
@@ -159,7 +162,7 @@ def _stored_zeros(shape: tuple[int, ...], dtype: Any) -> Any:
     return creation.zeros(shape, dtype=dtype)
 
 
-def qr(x: Any, /, *, mode: str = "reduced") -> QRResult:
+def qr(x: AnyArray, /, *, mode: str = "reduced") -> QRResult:
     """``x = QR`` of a tall matrix (of each matrix of a stack): Q (m × n) in scratch storage,
     R (n × n, non-negative diagonal) in memory.
 
@@ -212,7 +215,7 @@ def qr(x: Any, /, *, mode: str = "reduced") -> QRResult:
     return QRResult(_q_times(x, r, jnp.eye(n, dtype=r.dtype)), r)
 
 
-def svd(x: Any, /, *, full_matrices: bool = True) -> SVDResult:
+def svd(x: AnyArray, /, *, full_matrices: bool = True) -> SVDResult:
     """``x = U diag(S) Vh`` of a stored matrix (of each matrix of a stack) through TSQR;
     ``full_matrices=False`` for a tall (or wide) one, whose full U (or Vh) would be m × m.
 
@@ -264,7 +267,7 @@ def svd(x: Any, /, *, full_matrices: bool = True) -> SVDResult:
     return SVDResult(_q_times(x, r, ur), s, vh)
 
 
-def lstsq(a: Any, b: Any, rcond: float | None = None) -> tuple[Any, Any, Any, Any]:
+def lstsq(a: AnyArray, b: AnyArray, rcond: float | None = None) -> tuple[Any, Any, Any, Any]:
     """Least squares ``a @ x ≈ b`` for a tall ``a``, with NumPy's signature and results:
     ``(x, residuals, rank, s)``.  One matrix ``a`` of 2 axes: NumPy's and
     ``jax.numpy.linalg``'s ``lstsq`` take no stacks either (solve each ``a[i]`` in turn).

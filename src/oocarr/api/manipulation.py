@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from jax._src import core as jax_core
@@ -35,6 +35,9 @@ from oocarr.ops.concat import Concat
 from oocarr.ops.reshape import Reshape, resolve_shape
 from oocarr.ops.slicing import Slice
 from oocarr.store.views import key_region
+
+if TYPE_CHECKING:
+    from oocarr.jaxlayer.disk_array import AnyArray, ArrayLike, Result
 
 __all__ = [
     "reshape",
@@ -109,7 +112,7 @@ def _lengths(values: Any, what: str, name: str) -> tuple[int, ...]:
     return out
 
 
-def reshape(x: Any, /, shape: tuple[int, ...], *, copy: bool | None = None) -> Any:
+def reshape(x: AnyArray, /, shape: tuple[int, ...], *, copy: bool | None = None) -> AnyArray:
     """``x`` with a new shape of the same number of elements, in C order.
 
     Each output tile is a contiguous run of the flattened order, read from
@@ -160,7 +163,7 @@ def reshape(x: Any, /, shape: tuple[int, ...], *, copy: bool | None = None) -> A
     return _reshape(x, shape=target)
 
 
-def expand_dims(x: Any, /, axis: int = 0) -> Any:
+def expand_dims(x: ArrayLike, /, axis: int = 0) -> Result:
     """``x`` with a new axis of length one at ``axis``.
 
     A view of a concrete ``DiskArray`` (no copy); a copy under ``jax.jit`` or ``jax.grad``.
@@ -185,7 +188,7 @@ def expand_dims(x: Any, /, axis: int = 0) -> Any:
     return _index(x, (slice(None),) * at + (None,))
 
 
-def squeeze(x: Any, /, axis: int | tuple[int, ...]) -> Any:
+def squeeze(x: AnyArray, /, axis: int | tuple[int, ...]) -> AnyArray:
     """``x`` without the axes ``axis``, each of which must have length one.
 
     A view of a concrete ``DiskArray``; ``x`` itself for no axes.
@@ -216,7 +219,7 @@ def squeeze(x: Any, /, axis: int | tuple[int, ...]) -> Any:
     return _index(x, tuple(0 if a in axes else slice(None) for a in range(len(shape))))
 
 
-def concat(arrays: Sequence[Any], /, *, axis: int | None = 0) -> Any:
+def concat(arrays: Sequence[Any], /, *, axis: int | None = 0) -> Result:
     """The arrays joined along an existing axis (``None``: each flattened, then joined).
 
     Each input is copied tile by tile to its offset in the result; inputs may
@@ -256,7 +259,7 @@ def concat(arrays: Sequence[Any], /, *, axis: int | None = 0) -> Any:
     return _concat(*arrays, axis=operator.index(axis), stack=False)
 
 
-def stack(arrays: Sequence[Any], /, *, axis: int = 0) -> Any:
+def stack(arrays: Sequence[Any], /, *, axis: int = 0) -> Result:
     """The arrays joined along a new axis at ``axis`` (in ``[-ndim - 1, ndim]``).
 
     One pass: each input's tiles are written at its index of the new axis.
@@ -282,7 +285,7 @@ def stack(arrays: Sequence[Any], /, *, axis: int = 0) -> Any:
     return _concat(*arrays, axis=_axis(axis, len(_shape(arrays[0])) + 1, "stack"), stack=True)
 
 
-def flip(x: Any, /, *, axis: int | tuple[int, ...] | None = None) -> Any:
+def flip(x: AnyArray, /, *, axis: int | tuple[int, ...] | None = None) -> AnyArray:
     """``x`` with the order of elements reversed along ``axis`` (every axis by default).
 
     A (read-only) view of a concrete ``DiskArray``; a copy under a transformation.
@@ -305,7 +308,9 @@ def flip(x: Any, /, *, axis: int | tuple[int, ...] | None = None) -> Any:
     )
 
 
-def moveaxis(x: Any, source: int | tuple[int, ...], destination: int | tuple[int, ...], /) -> Any:
+def moveaxis(
+    x: AnyArray, source: int | tuple[int, ...], destination: int | tuple[int, ...], /
+) -> AnyArray:
     """``x`` with the axes ``source`` moved to ``destination``, the others in their order.
 
     Raises
@@ -337,7 +342,7 @@ def moveaxis(x: Any, source: int | tuple[int, ...], destination: int | tuple[int
     return fn.transpose(x, tuple(order))
 
 
-def broadcast_to(x: Any, /, shape: tuple[int, ...]) -> Any:
+def broadcast_to(x: AnyArray, /, shape: tuple[int, ...]) -> AnyArray:
     """``x`` broadcast to ``shape`` (NumPy's rules), each output tile read from the input
     region it repeats; the gradient sums over the broadcast axes.
 
@@ -402,8 +407,8 @@ def _roll_axis(x: Any, shift: int, axis: int) -> Any:
 
 
 def roll(
-    x: Any, /, shift: int | tuple[int, ...], *, axis: int | tuple[int, ...] | None = None
-) -> Any:
+    x: AnyArray, /, shift: int | tuple[int, ...], *, axis: int | tuple[int, ...] | None = None
+) -> AnyArray:
     """``x`` with its elements shifted by ``shift`` along ``axis``, those that leave one end
     coming back at the other (``axis=None``: over the flattened array, shape kept).
 
@@ -460,7 +465,7 @@ def _integers(values: Any, name: str) -> tuple[int, ...]:
         ) from None
 
 
-def tile(x: Any, repetitions: tuple[int, ...], /) -> Any:
+def tile(x: AnyArray, repetitions: tuple[int, ...], /) -> AnyArray:
     """``x`` repeated ``repetitions[i]`` times along each axis ``i`` (the shorter of ``x``'s
     shape and ``repetitions`` padded with leading ones), as ``jax.numpy.tile``.
 
@@ -492,7 +497,7 @@ def tile(x: Any, repetitions: tuple[int, ...], /) -> Any:
     return reshape(_broadcast(x, shape=interleaved, dims=dims), out)
 
 
-def repeat(x: Any, repeats: int | Any, /, *, axis: int | None = None) -> Any:
+def repeat(x: AnyArray, repeats: int | Any, /, *, axis: int | None = None) -> Result:
     """Each element of ``x`` repeated ``repeats`` times along ``axis`` (``None``: over the
     flattened array).
 
@@ -574,7 +579,7 @@ def _repeat_all(x: Any, count: int, axis: int) -> Any:
     return reshape(_broadcast(x, shape=spread, dims=dims), out)
 
 
-def unstack(x: Any, /, *, axis: int = 0) -> tuple[Any, ...]:
+def unstack(x: ArrayLike, /, *, axis: int = 0) -> tuple[Any, ...]:
     """The slices of ``x`` along ``axis``, as a tuple (views of a concrete ``DiskArray``).
 
     Examples

@@ -11,7 +11,7 @@ works on ``DiskArray``s and in-memory arrays, eagerly (results in scratch storag
 from __future__ import annotations
 
 import operator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from jax._src import core as jax_core
@@ -24,6 +24,9 @@ from oocarr.ops.cumulative import CumulativeSum
 from oocarr.ops.prod import Prod
 from oocarr.ops.searching import ArgMax, ArgMin, NanArgMax, NanArgMin, SearchSorted
 from oocarr.ops.sorting import ArgSort, Sort
+
+if TYPE_CHECKING:
+    from oocarr.jaxlayer.disk_array import ArrayLike, DTypeLike, Result
 
 __all__ = [
     "argmax",
@@ -74,7 +77,7 @@ def _dtype_name(dtype: Any) -> str | None:
         raise InvalidArgumentError(f"dtype {dtype!r} is not a data type") from err
 
 
-def argmax(x: Any, /, *, axis: int | None = None, keepdims: bool = False) -> Any:
+def argmax(x: ArrayLike, /, *, axis: int | None = None, keepdims: bool = False) -> Result:
     """Index of the first maximal element along ``axis``, streamed tile by tile.
 
     With ``axis=None`` the index is into the flattened array (C order).  A NaN counts as
@@ -105,7 +108,7 @@ def argmax(x: Any, /, *, axis: int | None = None, keepdims: bool = False) -> Any
     return _argmax(x, axis=_axis(axis), keepdims=bool(keepdims))
 
 
-def argmin(x: Any, /, *, axis: int | None = None, keepdims: bool = False) -> Any:
+def argmin(x: ArrayLike, /, *, axis: int | None = None, keepdims: bool = False) -> Result:
     """Index of the first minimal element along ``axis``, streamed tile by tile.
 
     With ``axis=None`` the index is into the flattened array (C order).  A NaN counts as
@@ -135,7 +138,7 @@ def _all_nan_check(name: str, result: Any) -> Any:
     return result
 
 
-def nanargmax(x: Any, /, *, axis: int | None = None, keepdims: bool = False) -> Any:
+def nanargmax(x: ArrayLike, /, *, axis: int | None = None, keepdims: bool = False) -> Result:
     """Index of the first maximal element along ``axis`` ignoring NaNs, streamed.
 
     A slice of nothing but NaNs has no such index: called eagerly, this raises
@@ -154,7 +157,7 @@ def nanargmax(x: Any, /, *, axis: int | None = None, keepdims: bool = False) -> 
     return _all_nan_check("nanargmax", _nanargmax(x, axis=_axis(axis), keepdims=bool(keepdims)))
 
 
-def nanargmin(x: Any, /, *, axis: int | None = None, keepdims: bool = False) -> Any:
+def nanargmin(x: ArrayLike, /, *, axis: int | None = None, keepdims: bool = False) -> Result:
     """Index of the first minimal element along ``axis`` ignoring NaNs, streamed.
 
     All-NaN slices as in :func:`nanargmax`: an error eagerly, -1 under ``jax.jit``.
@@ -170,7 +173,9 @@ def nanargmin(x: Any, /, *, axis: int | None = None, keepdims: bool = False) -> 
     return _all_nan_check("nanargmin", _nanargmin(x, axis=_axis(axis), keepdims=bool(keepdims)))
 
 
-def prod(x: Any, /, *, axis: Axis = None, dtype: Any = None, keepdims: bool = False) -> Any:
+def prod(
+    x: ArrayLike, /, *, axis: Axis = None, dtype: DTypeLike | None = None, keepdims: bool = False
+) -> Result:
     """Product over ``axis`` (all axes by default), streamed tile by tile, with an exact
     gradient.
 
@@ -209,8 +214,13 @@ def prod(x: Any, /, *, axis: Axis = None, dtype: Any = None, keepdims: bool = Fa
 
 
 def cumulative_sum(
-    x: Any, /, *, axis: int | None = None, dtype: Any = None, include_initial: bool = False
-) -> Any:
+    x: ArrayLike,
+    /,
+    *,
+    axis: int | None = None,
+    dtype: DTypeLike | None = None,
+    include_initial: bool = False,
+) -> Result:
     """Cumulative sum along ``axis``, streamed with a running carry; differentiable (the
     gradient is the reversed cumulative sum of the cotangent).
 
@@ -246,7 +256,9 @@ def cumulative_sum(
     )
 
 
-def sort(x: Any, /, *, axis: int = -1, descending: bool = False, stable: bool = True) -> Any:
+def sort(
+    x: ArrayLike, /, *, axis: int = -1, descending: bool = False, stable: bool = True
+) -> Result:
     """``x`` sorted along ``axis``, in tiles of whole lines along it; differentiable.
 
     Each tile holds complete lines along ``axis`` (as many as the budget allows); when one
@@ -283,7 +295,9 @@ def sort(x: Any, /, *, axis: int = -1, descending: bool = False, stable: bool = 
     return _sort(x, axis=_axis(axis), descending=bool(descending), stable=bool(stable))
 
 
-def argsort(x: Any, /, *, axis: int = -1, descending: bool = False, stable: bool = True) -> Any:
+def argsort(
+    x: ArrayLike, /, *, axis: int = -1, descending: bool = False, stable: bool = True
+) -> Result:
     """Indices that sort ``x`` along ``axis`` (int32), in tiles of whole lines along it.
 
     Equal elements keep their original order, descending too (the standard's stable
@@ -302,7 +316,9 @@ def argsort(x: Any, /, *, axis: int = -1, descending: bool = False, stable: bool
     return _argsort(x, axis=_axis(axis), descending=bool(descending), stable=bool(stable))
 
 
-def searchsorted(x1: Any, x2: Any, /, *, side: str = "left", sorter: Any = None) -> Any:
+def searchsorted(
+    x1: ArrayLike, x2: ArrayLike, /, *, side: str = "left", sorter: Any = None
+) -> Result:
     """For each element of ``x2``, where it would go in the sorted 1-d ``x1`` to keep it sorted.
 
     ``x1`` (and ``sorter``) are read into memory whole, and must fit one tile-sized buffer of

@@ -181,7 +181,7 @@ class _Uniques:
             nan = np.isnan(values)
             if nan.any():
                 self.nans.append(values[nan])
-                if self.nan_positions:
+                if self.nan_positions and flat is not None:
                     self.nan_flat.append(flat[nan])
                 values = values[~nan]
                 flat = None if flat is None else flat[~nan]
@@ -203,7 +203,7 @@ class _Uniques:
         values = np.concatenate([p[0] for p in parts])
         counts = np.concatenate([p[1] for p in parts])
         values, counts, first = _merge(values, counts, first)
-        self.merged = (values, counts, first if self.first else np.empty(0, np.int64))
+        self.merged = (values, counts, first if first is not None else np.empty(0, np.int64))
         self.pending, self.pending_size = [], 0
 
     def result(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -26,6 +26,9 @@ from oocarr.errors import InvalidArgumentError
 from oocarr.jaxlayer import traced_leaves
 from oocarr.jaxlayer.disk_array import add_methods, is_disk
 from oocarr.ops.reductions import normalize_axes
+
+if TYPE_CHECKING:
+    from oocarr.jaxlayer.disk_array import AnyArray, ArrayLike, Result
 
 __all__ = [
     "var",
@@ -93,7 +96,9 @@ def _var(x: Any, axis: Axis, correction: float, keepdims: bool, one_pass: bool =
     return squares / max(_count(x, axis) - correction, 0)
 
 
-def var(x: Any, axis: Axis = None, *, correction: float = 0.0, keepdims: bool = False) -> Any:
+def var(
+    x: ArrayLike, axis: Axis = None, *, correction: float = 0.0, keepdims: bool = False
+) -> Result:
     """Variance over ``axis`` (all axes by default), ``correction`` degrees of freedom
     subtracted from the count (NumPy's ``ddof``), streamed in two passes.
 
@@ -111,7 +116,9 @@ def var(x: Any, axis: Axis = None, *, correction: float = 0.0, keepdims: bool = 
     )
 
 
-def std(x: Any, axis: Axis = None, *, correction: float = 0.0, keepdims: bool = False) -> Any:
+def std(
+    x: AnyArray, axis: Axis = None, *, correction: float = 0.0, keepdims: bool = False
+) -> Result:
     """Standard deviation over ``axis``: the square root of :func:`var`.
 
     Examples
@@ -129,7 +136,7 @@ def _count_nonzero(x: Any, axis: Axis, keepdims: bool) -> Any:
     return fn.sum(fn.not_equal(x, 0), axis=axis, keepdims=keepdims)
 
 
-def count_nonzero(x: Any, axis: Axis = None, *, keepdims: bool = False) -> Any:
+def count_nonzero(x: ArrayLike, axis: Axis = None, *, keepdims: bool = False) -> Result:
     """The number of non-zero (true) elements over ``axis``, streamed.
 
     Examples
@@ -151,7 +158,7 @@ def _nansum(x: Any, axis: Axis, keepdims: bool) -> Any:
     return fn.sum(fn.where(fn.isnan(x), 0, x), axis=axis, keepdims=keepdims)
 
 
-def nansum(x: Any, axis: Axis = None, *, keepdims: bool = False) -> Any:
+def nansum(x: ArrayLike, axis: Axis = None, *, keepdims: bool = False) -> Result:
     """Sum over ``axis`` treating NaNs as zero, streamed.
 
     Examples
@@ -171,7 +178,7 @@ def _nanmean(x: Any, axis: Axis, keepdims: bool) -> Any:
     return total / fn.sum(valid, axis=axis, keepdims=keepdims)
 
 
-def nanmean(x: Any, axis: Axis = None, *, keepdims: bool = False) -> Any:
+def nanmean(x: AnyArray, axis: Axis = None, *, keepdims: bool = False) -> Result:
     """Mean over ``axis`` of the elements that are not NaN (NaN where all are), streamed.
 
     Examples
@@ -192,7 +199,7 @@ def _nanextreme(x: Any, axis: Axis, keepdims: bool, largest: bool) -> Any:
     return fn.where(fn.all(nan, axis=axis, keepdims=keepdims), np.nan, extreme)
 
 
-def nanmax(x: Any, axis: Axis = None, *, keepdims: bool = False) -> Any:
+def nanmax(x: ArrayLike, axis: Axis = None, *, keepdims: bool = False) -> Result:
     """Maximum over ``axis`` ignoring NaNs (NaN where every element is), streamed.
 
     Examples
@@ -206,7 +213,7 @@ def nanmax(x: Any, axis: Axis = None, *, keepdims: bool = False) -> Any:
     return _fused(_nanextreme, x, axis=_axis(axis), keepdims=keepdims, largest=True)
 
 
-def nanmin(x: Any, axis: Axis = None, *, keepdims: bool = False) -> Any:
+def nanmin(x: ArrayLike, axis: Axis = None, *, keepdims: bool = False) -> Result:
     """Minimum over ``axis`` ignoring NaNs (NaN where every element is), streamed.
 
     Examples
@@ -231,7 +238,9 @@ def _nanvar(x: Any, axis: Axis, correction: float, keepdims: bool) -> Any:
     return squares / fn.maximum(count - correction, 0)
 
 
-def nanvar(x: Any, axis: Axis = None, *, correction: float = 0.0, keepdims: bool = False) -> Any:
+def nanvar(
+    x: ArrayLike, axis: Axis = None, *, correction: float = 0.0, keepdims: bool = False
+) -> Result:
     """Variance over ``axis`` of the elements that are not NaN, streamed in two passes.
 
     Examples
@@ -246,7 +255,9 @@ def nanvar(x: Any, axis: Axis = None, *, correction: float = 0.0, keepdims: bool
     return _fused(_nanvar, x, axis=_axis(axis), correction=correction, keepdims=keepdims)
 
 
-def nanstd(x: Any, axis: Axis = None, *, correction: float = 0.0, keepdims: bool = False) -> Any:
+def nanstd(
+    x: ArrayLike, axis: Axis = None, *, correction: float = 0.0, keepdims: bool = False
+) -> Result:
     """Standard deviation over ``axis`` of the elements that are not NaN.
 
     Examples

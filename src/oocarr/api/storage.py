@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from oocarr.engine import plan, progress
 from oocarr.engine.budget import available_memory, memory_budget_bytes
@@ -15,9 +16,10 @@ from oocarr.engine.copy_tasks import copy_on
 from oocarr.engine.executor import current_executor
 from oocarr.engine.io import stream_copy, stream_read
 from oocarr.engine.stats import IOCounts, call_site, record
-from oocarr.jaxlayer.disk_array import DiskArray
+from oocarr.jaxlayer.disk_array import ArrayLike, DiskArray, DTypeLike
 from oocarr.store import pages, registry
 from oocarr.store.blocked import BlockedArray
+from oocarr.store.compression import CompressionSpec
 from oocarr.store.containment import check_apart
 from oocarr.store.dtypes import as_dtype
 from oocarr.store.locator import Locator, option_mapping, split_url
@@ -66,7 +68,8 @@ def resolve(
     """
     if isinstance(url, Locator):
         return registry.get_driver(url.driver), url
-    container, inner = split_url(url)
+    # split_url takes a path too (it reads it with os.fspath), though its annotation says str
+    container, inner = split_url(cast(str, url))
     storage_options = option_mapping(storage_options, "storage_options")
     if driver is not None:
         cls = registry.storage_driver(driver)
@@ -131,10 +134,10 @@ def open(
 def create(
     url: str | os.PathLike | Locator,
     shape: Sequence[int],
-    dtype: Any,
+    dtype: DTypeLike,
     *,
     chunks: Sequence[int] | None = None,
-    compression: Any = None,
+    compression: CompressionSpec = None,
     attrs: Mapping[str, Any] | None = None,
     overwrite: bool = False,
     driver: str | None = None,
@@ -204,7 +207,7 @@ def _source_store(x: Any) -> BlockedArray | np.ndarray:
     return np.asarray(x)
 
 
-def to_numpy(x: Any) -> np.ndarray:
+def to_numpy(x: ArrayLike | BlockedArray) -> np.ndarray:
     """Read any array (``DiskArray``, ``BlockedArray``, JAX or NumPy) into a NumPy array.
 
     Raises
@@ -236,11 +239,11 @@ def to_numpy(x: Any) -> np.ndarray:
 
 
 def save(
-    x: Any,
+    x: ArrayLike | BlockedArray,
     url: str | os.PathLike | Locator,
     *,
     chunks: Sequence[int] | None = None,
-    compression: Any = None,
+    compression: CompressionSpec = None,
     attrs: Mapping[str, Any] | None = None,
     overwrite: bool = False,
     driver: str | None = None,
@@ -456,6 +459,8 @@ def copy_tiles(
     try:
         if on_cluster:
             cluster, nbytes = current_executor(), projection.nbytes
+            # _copies_on_cluster found both: an executor in force, a stored source
+            assert cluster is not None and isinstance(src, BlockedArray)
             copy_on(cluster, src, dst, list(regions), nbytes, counts, advance, site)
         else:
             source = src.with_pages(tile) if isinstance(src, BlockedArray) else np.asarray(src)
@@ -496,7 +501,7 @@ def _copies_on_cluster(src: BlockedArray | np.ndarray, dst: BlockedArray) -> boo
 
 
 def from_numpy(
-    array: Any,
+    array: npt.ArrayLike,
     url: str | os.PathLike | Locator | None = None,
     **create_options: Any,
 ) -> DiskArray:

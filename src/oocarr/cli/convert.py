@@ -41,6 +41,7 @@ def destination_chunks(
         return None
     if spec == "source":
         return source.chunks if target.supports_chunks else None
+    assert not isinstance(spec, str)  # parse_chunks gives "auto", "source" or a shape
     return tuple(spec)
 
 
@@ -137,6 +138,7 @@ def convert(
       oocarr convert old.zarr new.zarr --shards 4096,64 --compression blosc
     """
     chunk_spec = parse_chunks(chunks)
+    assert chunk_spec is not None  # parse_chunks gives "source" for no --chunks
     layout: dict[str, Any] = {}
     if zarr_format is not None:
         layout["zarr_format"] = int(zarr_format)

@@ -65,10 +65,11 @@ class CommandError(click.ClickException):
 
     def __init__(self, message: str, exit_code: int) -> None:
         super().__init__(" ".join(str(message).split()))
-        self.exit_code = exit_code
+        # click types exit_code a ClassVar; each CommandError carries its own
+        self.exit_code = exit_code  # type: ignore[misc]
 
 
-def _os_failure(err: BaseException) -> bool:
+def _os_failure(err: BaseException | None) -> bool:
     """A storage failure (permission, disk, I/O, lock), as opposed to a missing or existing path."""
     return isinstance(err, OSError) and not isinstance(err, (FileNotFoundError, FileExistsError))
 

@@ -49,14 +49,13 @@ def entry_json(entry: dict[str, Any]) -> dict[str, Any]:
     'big'
     """
     dtype = entry.get("dtype")
-    is_dtype = isinstance(dtype, np.dtype)
     return {
         "path": entry["path"],
         "url": entry["url"],
         "kind": entry["kind"],
         "shape": None if entry.get("shape") is None else list(entry["shape"]),
-        "dtype": dtype.name if is_dtype else dtype,
-        "byte_order": byte_order(dtype) if is_dtype else None,
+        "dtype": dtype.name if isinstance(dtype, np.dtype) else dtype,
+        "byte_order": byte_order(dtype) if isinstance(dtype, np.dtype) else None,
         "chunks": None if entry.get("chunks") is None else list(entry["chunks"]),
     }
 

@@ -12,7 +12,7 @@ import math
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TextIO
 
 import click
 
@@ -87,7 +87,14 @@ class Settings:
 def _notes() -> Iterator[None]:
     """Print the warnings oocarr gives while a command runs as one ``note:`` line each."""
 
-    def show(message, category, filename, lineno, file=None, line=None) -> None:
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
         click.echo(f"note: {message}", err=True)
 
     with warnings.catch_warnings():
@@ -223,7 +230,9 @@ def _setter(name: str, convert: Callable[[Any], Any]) -> Callable[..., None]:
     return store
 
 
-def _shared(field_name: str, convert: Callable[[Any], Any], *decls: str, **kwargs: Any):
+def _shared(
+    field_name: str, convert: Callable[[Any], Any], *decls: str, **kwargs: Any
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """A global option: not passed to the command, stored in the settings when given."""
     return click.option(*decls, expose_value=False, callback=_setter(field_name, convert), **kwargs)
 

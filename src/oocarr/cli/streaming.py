@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -40,7 +41,9 @@ def tile_shape(store: BlockedArray, share: str, *chunks: tuple[int, ...] | None)
     return tile_plan(store, share, *chunks, remedy="with --memory")
 
 
-def checksum(store: BlockedArray, tile: tuple[int, ...], advance=None) -> str:
+def checksum(
+    store: BlockedArray, tile: tuple[int, ...], advance: Callable[[int], Any] | None = None
+) -> str:
     """BLAKE2b of the values in C order, in native byte order (so byte order does not matter).
 
     ``advance(nbytes)`` is called after each tile (a progress bar).
@@ -57,7 +60,8 @@ def checksum(store: BlockedArray, tile: tuple[int, ...], advance=None) -> str:
     native = store.dtype.newbyteorder("=")
     for _region, values in read_tiles(store, tile):
         # bytes, not ``.data``: the buffer protocol has no format for ml_dtypes' bfloat16
-        digest.update(np.ascontiguousarray(values, dtype=native).view(np.uint8))
+        # numpy's stubs give ndarray the buffer protocol's __buffer__ from Python 3.12 on only
+        digest.update(np.ascontiguousarray(values, dtype=native).view(np.uint8))  # type: ignore[arg-type]
         if advance is not None:
             advance(values.nbytes)
     return digest.hexdigest()

@@ -69,7 +69,7 @@ class Summary:
         mean: Any = None
         std = None
         if self.count:
-            mean = complex(self.mean) if self.complex else float(self.mean)
+            mean = complex(self.mean) if self.complex else float(self.mean.real)
             mean = [mean.real, mean.imag] if self.complex else mean
             std = math.sqrt(max(0.0, self.m2 / self.count))
         return {
@@ -113,7 +113,7 @@ class TileMoments:
         nans = infs = 0
         if dtype.kind in "biu":
             low, high = values.min().item(), values.max().item()
-            finite = values.astype(np.float64)
+            finite: np.ndarray = values.astype(np.float64)
         else:
             wide = values.astype(np.complex128 if dtype.kind == "c" else np.float64)
             nan, bad = np.isnan(wide), ~np.isfinite(wide)

@@ -82,7 +82,7 @@ def block_functions(op: BlockParallelOp) -> tuple:
     fns = _JITTED.get(op.block_key)
     if fns is None:
 
-        def accumulate(acc, *blocks):
+        def accumulate(acc: Any, *blocks: jax.Array) -> Any:
             return op.combine(acc, op.forward_block(*blocks))
 
         # The accumulator is donated: XLA updates it in place, with no second tile beside it.
@@ -101,7 +101,7 @@ def backward_function(op: BlockParallelOp, wanted: tuple[bool, ...]) -> BlockFun
     fn = _JITTED.get(key)
     if fn is None:
 
-        def backward(*args):
+        def backward(*args: jax.Array) -> tuple[jax.Array, ...]:
             grads = op.backward_block(*args)
             return tuple(g for g, w in zip(grads, wanted) if w)
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from oocarr.store import pages
 from oocarr.store.buffers import aligned_empty
 from oocarr.store.locator import Locator
 
@@ -24,6 +25,12 @@ from .op import CustomOp, Region
 from .stats import IOCounts
 from .tasks import opened
 from .tiles import crop_to, pad
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from contextlib import AbstractContextManager
+
+    from .op import Reader
 
 __all__ = ["CustomGradTask", "CustomPartTask", "RunTools"]
 
@@ -104,11 +111,16 @@ class RunTools:
     op: CustomOp
 
     def stream(
-        self, regions: Iterable[Region], operands: list[Operand]
+        self, regions: Iterable[Region], operands: Sequence[Reader]
     ) -> Iterator[tuple[Region, list[np.ndarray]]]:
         """``(region, [operand blocks])`` per region, the next region's blocks read in the
         background while the caller computes."""
         return prefetched(regions, lambda r: [o.read(r) for o in operands])
+
+    @staticmethod
+    def regions(shape: tuple[int, ...], tile: tuple[int, ...]) -> Iterator[Region]:
+        """The regions of ``shape`` cut in ``tile``s, in C order."""
+        return pages.tile_regions(shape, tile)
 
     def jit(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``jax.jit(fn)``, compiled once per op and parameters (keyed by ``fn``'s name)."""
@@ -151,8 +163,10 @@ class _PartRun(RunTools):
         counts: IOCounts | None,
         wanted: tuple[bool, ...] = (),
     ) -> None:
-        self.op, self.inputs, self._target, self._counts = op, inputs, target, counts
-        self.g = self.out = None
+        self.op, self._target, self._counts = op, target, counts
+        self.inputs: Sequence[Reader] = inputs
+        self.g: Reader | None = None
+        self.out: Reader | None = None
         self._wanted = wanted
         self.grads: list[tuple[int, Region, np.ndarray]] = []
 
@@ -165,6 +179,24 @@ class _PartRun(RunTools):
     def wants_grad(self, i: int) -> bool:
         return i < len(self._wanted) and self._wanted[i]
 
+    # The calling process planned the part (its tiles sized from the budget there), and its
+    # output tiles go to a parallel writer: what needs either is not a part's to give.
+    def tile_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        raise _not_in_part("tile_shape")
+
+    def written(self, region: Region) -> np.ndarray:
+        raise _not_in_part("written")
+
+    def temporary(self, shape: tuple[int, ...], dtype: Any) -> AbstractContextManager[Any]:
+        raise _not_in_part("temporary")
+
     def accumulate(self, i: int, region: Region, grad: np.ndarray) -> None:
         if self.wants_grad(i):
             self.grads.append((i, region, np.asarray(grad)))
+
+
+def _not_in_part(member: str) -> NotImplementedError:
+    return NotImplementedError(
+        f"run.{member} is not available to forward_part/backward_part (a part runs as a task: "
+        "plan it in parts, in the calling process)"
+    )

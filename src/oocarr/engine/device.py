@@ -46,13 +46,15 @@ def engine_device() -> jax.Device:
     if _device is None:
         with _lock:
             if _device is None:
-                from jax._src.lib import xla_client
+                from jaxlib import xla_client  # (what jax._src.lib re-exports)
 
                 # xla_client's constructor, not _jax's: it also registers the CPU custom
                 # calls (LAPACK's, for jnp.linalg), as JAX's own CPU client does
                 client = xla_client.make_cpu_client(asynchronous=False)
-                _sharding = jax.sharding.SingleDeviceSharding(client.local_devices()[0])
-                _device = client.local_devices()[0]
+                # jaxlib's stub leaves the client's type unresolved (Client?)
+                devices = client.local_devices()  # type: ignore[attr-defined]
+                _sharding = jax.sharding.SingleDeviceSharding(devices[0])
+                _device = devices[0]
     return _device
 
 

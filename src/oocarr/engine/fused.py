@@ -26,7 +26,7 @@ import json
 import math
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import jax
 import jax.numpy as jnp
@@ -35,6 +35,7 @@ import numpy as np
 from oocarr.errors import InvalidArgumentError, OocarrError, ReadOnlyError
 from oocarr.store.blocked import BlockedArray
 from oocarr.store.buffers import BufferPool
+from oocarr.store.compression import Compression
 from oocarr.store.dtypes import as_dtype, dtype_token
 from oocarr.store.locator import Locator
 from oocarr.store.registry import get_driver
@@ -483,7 +484,16 @@ class FusedArray(BlockedArray):
         return cls(locator, _spec_of(locator))
 
     @classmethod
-    def _create(cls, locator, shape, dtype, chunks, compression, attrs, overwrite):
+    def _create(
+        cls,
+        locator: Locator,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        chunks: tuple[int, ...] | None,
+        compression: Compression | None,
+        attrs: dict[str, Any],
+        overwrite: bool,
+    ) -> NoReturn:
         raise InvalidArgumentError(
             "a fused array cannot be created; it is the result of elementwise ops",
             url=locator.full_url,
@@ -554,7 +564,8 @@ class FusedArray(BlockedArray):
         result.flags.writeable = False
         return result
 
-    def _write(self, region, value) -> None:  # pragma: no cover - _open refuses "r+"
+    def _write(self, region: tuple[slice, ...], value: np.ndarray) -> None:  # pragma: no cover
+        # _open refuses "r+"
         raise ReadOnlyError("a fused array cannot be written", url=self.url)
 
     def _read_attrs(self) -> dict[str, Any]:

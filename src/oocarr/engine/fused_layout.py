@@ -38,7 +38,7 @@ Cut = tuple[tuple[int, int], ...]
 
 
 @functools.lru_cache(maxsize=256)
-def op_class(path: str) -> type:
+def op_class(path: str) -> type[Any]:  # loaded by name: any fusable op class
     """The op class a node names (``module:Class``); it must be fusable.
 
     Examples
@@ -113,7 +113,9 @@ def _walk(spec: dict[str, Any], region: Region) -> tuple[list[list[Region]], lis
     return uses, order, computed_elements
 
 
-def layout(spec: dict[str, Any], region: Region) -> tuple[list[Region], Cut | None]:
+def layout(
+    spec: dict[str, Any], region: Region
+) -> tuple[list[Region], tuple[Cut | None, ...] | None]:
     """The region each leaf of ``spec`` is read at for ``region`` of the fused array, and the
     cuts the evaluation applies (``None`` when nothing is cut, the usual case).
 

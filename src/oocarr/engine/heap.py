@@ -35,7 +35,7 @@ import itertools
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 __all__ = ["trim", "resident_bytes", "watching", "release_if_over"]
 
@@ -47,7 +47,7 @@ _statm: tuple[int, int] | None = None
 _SLACK = 1 << 20
 
 
-def _load_trim() -> object | None:
+def _load_trim() -> Callable[[int], int] | None:
     if not sys.platform.startswith("linux"):
         return None
     try:

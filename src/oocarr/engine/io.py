@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -41,7 +41,8 @@ class Operand:
         views: bool = True,
     ) -> None:
         self.value = value
-        self.stored = isinstance(value, BlockedArray)
+        self._store = value if isinstance(value, BlockedArray) else None  # value, if stored
+        self.stored = self._store is not None
         self.counts = counts
         self._views = views
         self._last: tuple[Region, np.ndarray] | None = None
@@ -58,20 +59,21 @@ class Operand:
     def ref(self) -> Any:
         """What a task carries for this operand: its locator when stored (reopened where the
         task runs), its values when in memory."""
-        return self.value.portable_locator if self.stored else np.asarray(self.value)
+        return self._store.portable_locator if self._store is not None else np.asarray(self.value)
 
     @property
     def dtype(self) -> np.dtype:
         return np.dtype(self.value.dtype)
 
     def read(self, region: Region) -> np.ndarray:
-        if not self.stored:
+        store, buffers = self._store, self._buffers
+        if store is None or buffers is None:  # in memory (both are set for a stored one)
             return np.asarray(self.value[region]) if region else np.asarray(self.value)
         if self._last is not None and self._last[0] == region:
             return self._last[1]
-        block = self.value.read_view(region, self._buffers.empty, mapped=self._views)
+        block = store.read_view(region, buffers.empty, mapped=self._views)
         if self.counts is not None:
-            self.counts.count_read(self.value.read_bytes(block.shape))
+            self.counts.count_read(store.read_bytes(block.shape))
         self._last = (region, block)
         return block
 
@@ -177,7 +179,7 @@ class WriteBehind:
     def __enter__(self) -> WriteBehind:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         try:
             if exc_type is None:
                 self.wait()
@@ -191,7 +193,7 @@ class WriteBehind:
 
 def stream_read(
     source: BlockedArray | np.ndarray, regions: Iterable[Region], counts: IOCounts | None = None
-) -> Iterator[tuple[Region, np.ndarray]]:
+) -> Generator[tuple[Region, np.ndarray], None, None]:
     """``(region, block)`` for each region of ``source`` on the engine's loop: the next block
     read ahead into a reused buffer while the caller works on this one, reads counted.
 

@@ -16,7 +16,7 @@ import contextlib
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Literal, NamedTuple, Protocol, TypeAlias
 
 import jax
 import numpy as np
@@ -172,17 +172,26 @@ class Op:
         return (type(self), shapes, tuple(sorted(self.params.items())))
 
 
+#: How a block is padded to the nominal tile (``np.pad``'s modes that oocarr's ops use).
+PadMode: TypeAlias = Literal["constant", "edge"]
+
+#: A block function's partial result: an array, or a tuple of them (``LogSumExp``'s running
+#: maximum and sum).
+Partial: TypeAlias = jax.Array | tuple[jax.Array, ...]
+
+
 class HostBlock(NamedTuple):
     """A block-parallel op's forward and combine as functions of whole blocks (see
     :meth:`BlockParallelOp.host_block`): ``forward(*blocks)`` gives a partial result as an
     owned array, ``combine(acc, part)`` folds ``part`` into ``acc`` in place and returns it.
     Blocks are not padded to the nominal tile shape."""
 
-    forward: Callable[..., np.ndarray]
-    combine: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    # NumPy functions of arrays, or (``compiled``) JAX functions that the engine compiles
+    forward: Callable[..., Any]
+    combine: Callable[[Any, Any], Any]
     #: ``fold(acc, *blocks)``: ``acc`` with one more step's blocks folded in, in place and
     #: returned (``None``: ``combine(acc, forward(*blocks))``, which holds a partial beside it).
-    fold: Callable[..., np.ndarray] | None = None
+    fold: Callable[..., Any] | None = None
     #: The three are JAX functions that the engine compiles for its device (once per block
     #: shape), donating the accumulator of ``fold`` and ``combine`` so XLA updates it in
     #: place; else they are NumPy's and run as they are.
@@ -214,7 +223,7 @@ class BlockParallelOp(Op):
 
     #: How edge blocks are padded to the full tile shape (``numpy.pad`` mode): zeros suit
     #: sums and products; elementwise ops repeat the edge so padding stays in their domain.
-    pad_mode: str = "constant"
+    pad_mode: PadMode = "constant"
     #: The value ``"constant"`` padding uses (``-inf`` suits a maximum).
     pad_value: float = 0.0
     #: Edge blocks are padded to the nominal tile shape (block functions compile once); an op
@@ -230,16 +239,19 @@ class BlockParallelOp(Op):
         """For one output tile, the input regions of each contribution (one tuple per step)."""
         raise NotImplementedError
 
-    def forward_block(self, *blocks: jax.Array) -> jax.Array:
+    # The block functions below take ``(*blocks: Any, **_: Any)``, which a type checker lets
+    # each op's override narrow to its own arity and names; a partial result (what
+    # ``forward_block`` returns and ``combine`` folds) is an array or a tuple of them.
+    def forward_block(self, *blocks: Any, **_: Any) -> Any:
         """The output tile's partial result from one tuple of input blocks (pure ``jnp``)."""
         raise NotImplementedError
 
-    def backward_block(self, g: jax.Array, *blocks: jax.Array) -> tuple[jax.Array, ...]:
+    def backward_block(self, g: jax.Array, *blocks: Any, **_: Any) -> tuple[Any, ...]:
         """Each input block's gradient contribution, given the output tile's cotangent."""
         _, vjp = jax.vjp(self.forward_block, *blocks)
         return vjp(g)
 
-    def combine(self, acc: jax.Array, part: jax.Array) -> jax.Array:
+    def combine(self, acc: Any, part: Any) -> Any:
         """Fold one partial result into the accumulator."""
         return acc + part
 
@@ -257,7 +269,7 @@ class BlockParallelOp(Op):
         """
         return None
 
-    def finish(self, acc: jax.Array) -> jax.Array:
+    def finish(self, acc: Any) -> jax.Array:
         """Turn the accumulator into the output tile (identity by default)."""
         return acc
 
@@ -434,6 +446,21 @@ class Run(Protocol):
     def accumulate(self, i: int, region: Region, grad: np.ndarray) -> None:
         """Add ``grad`` to input ``i``'s gradient over ``region`` (behind, in order)."""
         ...
+
+
+def cotangent(run: Run) -> Reader:
+    """``run.g``, the output's cotangent, which the engine gives every backward pass."""
+    if run.g is None:
+        raise RuntimeError("the output's cotangent is read in a backward pass only")
+    return run.g
+
+
+def forward_output(run: Run) -> Reader:
+    """``run.out``, the forward output, which the engine gives the backward pass of an op that
+    ``needs_output``."""
+    if run.out is None:
+        raise RuntimeError("the forward output is read in the backward pass of an op that needs it")
+    return run.out
 
 
 class CustomOp(Op):

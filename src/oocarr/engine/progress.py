@@ -463,7 +463,8 @@ class _LineDrawing:
 def _tqdm_class() -> Any:
     """``tqdm.auto.tqdm`` where tqdm is installed, else ``None``."""
     try:
-        from tqdm.auto import tqdm
+        # tqdm is optional and ships no types (they are types-tqdm's, not installed with it)
+        from tqdm.auto import tqdm  # type: ignore[import-untyped]
     except ImportError:
         return None
     return tqdm

@@ -14,7 +14,7 @@ import math
 import os
 from collections.abc import Iterator
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -48,7 +48,15 @@ from .stats import IOCounts, record
 from .tasks import BackwardPlan, BackwardTask, TilePlan, TileTask, finished_tiles
 from .tiles import Nominal, StepGradient, TileFolder, folds_on_host
 
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .op import Reader
+
 __all__ = ["OOCAlgorithm", "CustomRun"]
+
+#: One step of a tiled loop: its output tile, whether it ends the tile, its input regions.
+_Step = tuple[Region, bool, tuple[Region, ...]]
 
 
 def _cores() -> int:
@@ -76,11 +84,19 @@ class OOCAlgorithm:
     45.0
     """
 
+    #: The op by its kind, one of the two set: a block-parallel op, which the tiled loops
+    #: below run, or a ``CustomOp``, which drives its own loops through a :class:`CustomRun`.
+    _block: BlockParallelOp
+    _custom: CustomOp
+
     def __init__(self, op: BlockParallelOp | CustomOp, site: str | None = None) -> None:
         self.op = op
         self.site = site or op.name
         self.counts = IOCounts(calls=1)
-        if not isinstance(op, CustomOp):
+        if isinstance(op, CustomOp):
+            self._custom = op
+        else:
+            self._block = op
             self._forward, self._accumulate = block_functions(op)
 
     def _counted(self, operands: list[Operand]) -> list[Operand]:
@@ -103,7 +119,7 @@ class OOCAlgorithm:
         budget = memory_budget_bytes()
         total = self.residency(operands)
         smallest = self._smallest(total, itemsize)
-        stores = [o.value for o in operands if o.stored]
+        stores = [o.value for o in operands if isinstance(o.value, BlockedArray)]
         url = stores[0].url if stores else None
         require(smallest.plus(least_read_buffers(stores)), budget, url=url)
         # A storage chunk larger than the whole budget still gets tiles of the smallest size.
@@ -130,19 +146,24 @@ class OOCAlgorithm:
 
     def _read_overhead(self, operands: list[Operand], plan: Plan) -> int:
         """Bytes the drivers' reads of one step's blocks hold besides the blocks."""
-        shapes = Nominal(self.op, plan).in_shapes
-        return sum(o.value.read_overhead(s) for o, s in zip(operands, shapes) if o.stored)
+        shapes = Nominal(self._block, plan).in_shapes
+        return sum(
+            o.value.read_overhead(s)
+            for o, s in zip(operands, shapes)
+            if isinstance(o.value, BlockedArray)
+        )
 
     def projection(
         self, operands: list[Operand], plan: Plan, itemsize: int, ahead: int = 1
     ) -> Projection:
         """What this call holds at once with ``plan``'s tiles, itemised (see
         :meth:`~oocarr.engine.op.BlockParallelOp.buffers`), reading ``ahead`` steps at once."""
-        nominal = Nominal(self.op, plan)
+        op = self._block
+        nominal = Nominal(op, plan)
         stored = [o.stored for o in operands]
         shapes = (nominal.out_shape, nominal.in_shapes or [()], stored)
         # ``host`` only when set: ops written before it (``buffers(out, ins, stored)``) still work
-        items = self.op.buffers(*shapes, host=True) if plan.host else self.op.buffers(*shapes)
+        items = op.buffers(*shapes, host=True) if plan.host else op.buffers(*shapes)
         parallel = tuple(
             Buffers(f"input {i} blocks read ahead in parallel", ahead - 1, math.prod(s) * itemsize)
             for i, (o, s) in enumerate(zip(operands, nominal.in_shapes))
@@ -174,8 +195,12 @@ class OOCAlgorithm:
         the extra blocks fit the budget (less its :func:`~oocarr.engine.plan.reserved` part).
         A 1024³ uint16 zstd cube in 256³ chunks, summed a chunk a tile on 2 cores: 6.8 s
         reading one step ahead (one core decoding), 3.8 s reading two."""
-        shapes = Nominal(self.op, plan).in_shapes
-        threads = [o.value.read_threads(s) for o, s in zip(operands, shapes) if o.stored]
+        shapes = Nominal(self._block, plan).in_shapes
+        threads = [
+            o.value.read_threads(s)
+            for o, s in zip(operands, shapes)
+            if isinstance(o.value, BlockedArray)
+        ]
         if not threads or min(threads) < 1:
             return 1
         ahead = min(MAX_READ_AHEAD, max(1, _cores() // max(threads)))
@@ -191,13 +216,12 @@ class OOCAlgorithm:
         """Tiles for this call, from the budget (``1 / share`` of it), the residency, the
         drivers' read buffers and the inputs' chunks (``host``: a forward pass folding with
         the op's host block)."""
-        chunks = next(
-            (o.value.chunks for o in operands if o.stored and o.value.chunks is not None), None
-        )
+        chunks = _first_chunks(operands)
+        op = self._block
 
         def planned(elems: int) -> Plan:
             # ``host`` only when set: ops written before it (``plan(elems, chunks)``) still work
-            return self.op.plan(elems, chunks, host=True) if host else self.op.plan(elems, chunks)
+            return op.plan(elems, chunks, host=True) if host else op.plan(elems, chunks)
 
         plan = planned(self.budget_elems(operands, itemsize) // share)
         overhead = self._read_overhead(operands, plan)
@@ -211,7 +235,7 @@ class OOCAlgorithm:
         planned again, with smaller tiles, until the count holds for them)."""
         dtypes = [np.dtype(o.value.dtype) for o in operands]
         itemsize = self.op.tile_itemsize(dtypes)
-        host = folds_on_host(self.op, dtypes)
+        host = folds_on_host(self._block, dtypes)
         plan = self.plan(operands, itemsize, host=host)
         while (needed := self.op.tile_itemsize(dtypes, plan)) > itemsize:
             itemsize = needed
@@ -222,15 +246,16 @@ class OOCAlgorithm:
         """``plan`` with tiles whose steps read more than :data:`~oocarr.engine.plan.
         FOLD_GROUP_BYTES` folded in groups of steps (tasks of their own on a cluster), where
         the budget holds the group total beside the accumulator."""
-        nominal = Nominal(self.op, plan)
+        op = self._block
+        nominal = Nominal(op, plan)
         step_bytes = itemsize * sum(
             math.prod(s) for o, s in zip(operands, nominal.in_shapes or []) if o.stored
         )
-        first = next(self.op.out_regions(plan), None)
+        first = next(op.out_regions(plan), None)
         if not step_bytes or first is None:
             return plan
         fold = max(1, FOLD_GROUP_BYTES // step_bytes)
-        if sum(1 for _ in self.op.index_map(first, plan)) <= fold:
+        if sum(1 for _ in op.index_map(first, plan)) <= fold:
             return plan
         grouped = replace(plan, fold_steps=fold)
         budget = memory_budget_bytes()
@@ -283,15 +308,15 @@ class OOCAlgorithm:
         independent parts and the output takes their writes (whole chunks of a pending Zarr
         array); ``False`` (nothing run) otherwise."""
         writer = out.parallel_writer() if isinstance(out, BlockedArray) else None
-        parts = None if writer is None else self.op.parts(run)
+        parts = None if writer is None else run.op.parts(run)
         if not parts:
             return False
         units, shape = out.write_chunks, tuple(out.shape)
-        regions = (r for part in parts for r in self.op.part_regions(part))
+        regions = (r for part in parts for r in run.op.part_regions(part))
         if not all(whole_units(r, units, shape) for r in regions):
             return False
         inputs = tuple(o.ref for o in operands)
-        tasks = [CustomPartTask(self.op, inputs, part, writer) for part in parts]
+        tasks = [CustomPartTask(run.op, inputs, part, writer) for part in parts]
         self._check_part_tasks(cluster, (*inputs, out.locator))
         for _ in cluster.map(tasks, self.counts, self.site):
             self.counts.tiles += 1
@@ -313,13 +338,13 @@ class OOCAlgorithm:
         gradient blocks, added into ``targets`` here in part order (the order
         :meth:`CustomRun.backward` adds them in); ``False`` (nothing run) for an op without
         parts."""
-        parts = self.op.parts(run)
+        parts = run.op.parts(run)
         if not parts:
             return False
         wanted = tuple(run.wants_grad(i) for i in range(len(run.inputs)))
-        inputs = tuple(o.ref for o in run.inputs)
-        readers = tuple(o.ref for o in (run.g, run.out) if o is not None)
-        tasks = [CustomGradTask(self.op, inputs, readers, part, wanted) for part in parts]
+        inputs = tuple(o.ref for o in run.operands)
+        readers = tuple(o.ref for o in run.readers)
+        tasks = [CustomGradTask(run.op, inputs, readers, part, wanted) for part in parts]
         self._check_part_tasks(cluster, (*inputs, *readers))
         for result in cluster.map(tasks, self.counts, self.site):
             for i, region, grad in result:
@@ -384,11 +409,12 @@ class OOCAlgorithm:
             for task in tasks
         )
 
-    def _steps(self, plan: Plan) -> Iterator[tuple[Region, bool, tuple[Region, ...]]]:
+    def _steps(self, plan: Plan) -> Iterator[_Step]:
         """Every step in order: its output tile, whether it ends the tile, its input regions."""
-        for region in self.op.out_regions(plan):
+        op = self._block
+        for region in op.out_regions(plan):
             previous = None
-            for in_regions in self.op.index_map(region, plan):
+            for in_regions in op.index_map(region, plan):
                 if previous is not None:
                     yield region, False, previous
                 previous = in_regions
@@ -398,9 +424,9 @@ class OOCAlgorithm:
     def _forward_loop(
         self, operands: list[Operand], plan: Plan, out: Any, ahead: int = 1
     ) -> np.ndarray | None:
-        folder = TileFolder(self.op, plan, [o.value.dtype for o in operands])
+        folder = TileFolder(self._block, plan, [o.value.dtype for o in operands])
 
-        def read(step):
+        def read(step: _Step) -> list[np.ndarray]:
             return [o.read(r) for o, r in zip(operands, step[2])]
 
         acc = total = None
@@ -439,17 +465,18 @@ class OOCAlgorithm:
             plan, _ = self.forward_plan(operands)
         inputs = tuple(o.ref for o in operands)
         dtypes = tuple(np.dtype(o.value.dtype) for o in operands)
+        op = self._block
         tasks = []
-        for region in self.op.out_regions(plan):
-            steps = tuple(self.op.index_map(region, plan))
+        for region in op.out_regions(plan):
+            steps = tuple(op.index_map(region, plan))
             fold = plan.fold_steps
             if not fold or len(steps) <= fold:
-                tasks.append(TileTask(self.op, inputs, dtypes, region, steps, plan))
+                tasks.append(TileTask(op, inputs, dtypes, region, steps, plan))
                 continue
             starts = range(0, len(steps), fold)
             tasks += [
                 TileTask(
-                    self.op,
+                    op,
                     inputs,
                     dtypes,
                     region,
@@ -460,7 +487,7 @@ class OOCAlgorithm:
                 )
                 for i in starts
             ]
-        return TilePlan(tuple(tasks), self.op.output_shape)
+        return TilePlan(tuple(tasks), op.output_shape)
 
     def _write_tile(self, out: Any, region: Region, tile: np.ndarray) -> None:
         if isinstance(out, np.ndarray):
@@ -523,11 +550,19 @@ class OOCAlgorithm:
         finally:
             record(self.site + " (backward)", self.counts)
 
-    def _backward_loop(self, operands, g_operand, targets, out, plan, wanted) -> None:
+    def _backward_loop(
+        self,
+        operands: list[Operand],
+        g_operand: Operand,
+        targets: list[Any],
+        out: Operand | None,
+        plan: Plan,
+        wanted: tuple[bool, ...],
+    ) -> None:
         extra = [] if out is None else [out]
         readers = [g_operand, *extra]
         gradient = StepGradient(
-            self.op,
+            self._block,
             plan,
             wanted,
             [o.value.dtype for o in operands],
@@ -536,12 +571,12 @@ class OOCAlgorithm:
         )
         targets = [t for t, w in zip(targets, wanted) if w]
 
-        def read(step):
+        def read(step: _Step) -> tuple[list[np.ndarray], list[np.ndarray]]:
             region = step[0]
             tiles = [o.read(region if o.shape else ()) for o in readers]
             return tiles, [o.read(r) for o, r in zip(operands, step[2])]
 
-        def accumulate(_, step, grads):
+        def accumulate(_: Any, step: _Step, grads: list[np.ndarray]) -> None:
             regions = [r for r, w in zip(step[2], wanted) if w]
             for target, r, grad in zip(targets, regions, grads):
                 _accumulate(target, r, grad, self.counts)
@@ -581,7 +616,7 @@ class OOCAlgorithm:
         readers = [g, *([] if out is None else [out])]
         tasks = tuple(
             BackwardTask(
-                self.op,
+                self._block,
                 tuple(o.ref for o in operands),
                 tuple(np.dtype(o.value.dtype) for o in operands),
                 tuple(o.ref for o in readers),
@@ -619,6 +654,9 @@ class CustomRun(RunTools):
     array([0.25, 0.25, 0.25, 0.25], dtype=float32)
     """
 
+    #: Writes tiles (forward) or gradients (backward) behind; set only while a pass runs.
+    _writer: WriteBehind
+
     def __init__(
         self,
         algo: OOCAlgorithm,
@@ -629,13 +667,16 @@ class CustomRun(RunTools):
         targets: list[Any] | None = None,
     ) -> None:
         self._algo = algo
-        self.op = algo.op
-        self.inputs = inputs
+        self.op = algo._custom
+        # what the op reads, as the Run protocol gives them
+        self.inputs: Sequence[Reader] = inputs
+        self.g: Reader | None = g
+        self.out: Reader | None = out
+        # the same, as the engine reads them: the inputs, then g and out where given
+        self.operands = inputs
+        self.readers = [o for o in (g, out) if o is not None]
         self.itemsize = itemsize
-        self.g = g
-        self.out = out
         self._targets = targets or []
-        self._writer: WriteBehind | None = None
         self._target: Any = None
         self._bar: progress.Bar | None = None
 
@@ -643,21 +684,14 @@ class CustomRun(RunTools):
     def tile_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         """A tile of an array of ``shape``: whole chunks of the first chunked input where they
         fit, grown last axis first to one buffer's share of the budget."""
-        readers = [*self.inputs, *(o for o in (self.g, self.out) if o is not None)]
+        readers = [*self.operands, *self.readers]
         elems = self._algo.budget_elems(readers, self.itemsize) // self.op.residency
-        chunks = next(
-            (o.value.chunks for o in self.inputs if o.stored and o.value.chunks is not None), None
-        )
+        chunks = _first_chunks(self.operands)
         if chunks is not None and len(chunks) == len(shape):
             tile = pages.grow_block(shape, 1, elems, base=chunks)
             if math.prod(tile) <= elems:
                 return tile
         return pages.grow_block(shape, 1, max(1, elems))
-
-    @staticmethod
-    def regions(shape: tuple[int, ...], tile: tuple[int, ...]) -> Iterator[Region]:
-        """The regions of ``shape`` cut in ``tile``s, in C order."""
-        return pages.tile_regions(shape, tile)
 
     # -- output -----------------------------------------------------------
     def write(self, region: Region, tile: np.ndarray) -> None:
@@ -711,10 +745,10 @@ class CustomRun(RunTools):
             WriteBehind(self._algo._write_tile, target) as self._writer,
         ):
             self.op.forward(self)
-        self._writer = self._bar = None
-        if out is None:
-            return target
-        return out if isinstance(out, np.ndarray) else None
+        self._bar = None
+        del self._writer
+        # a new array when ``out`` is None
+        return target if isinstance(target, np.ndarray) else None
 
     def backward(self) -> None:
         """Run the op's backward loops, adding into the gradient targets."""
@@ -724,7 +758,8 @@ class CustomRun(RunTools):
             WriteBehind(self._add_grad, None) as self._writer,
         ):
             self.op.backward(self)
-        self._writer = self._bar = None
+        self._bar = None
+        del self._writer
 
 
 class Temporary:
@@ -765,6 +800,18 @@ def temporary_store(shape: tuple[int, ...], dtype: Any) -> Iterator[BlockedArray
         with contextlib.suppress(OSError):
             driver.delete(locator)
         release(locator)
+
+
+def _first_chunks(operands: Sequence[Operand]) -> tuple[int, ...] | None:
+    """The chunks of the first stored operand that has them."""
+    return next(
+        (
+            o.value.chunks
+            for o in operands
+            if isinstance(o.value, BlockedArray) and o.value.chunks is not None
+        ),
+        None,
+    )
 
 
 def _count(items: Iterator[Any]) -> int:

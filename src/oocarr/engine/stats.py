@@ -21,6 +21,10 @@ import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from types import FrameType
 
 __all__ = ["IOCounts", "IOStats", "io_stats", "record", "call_site"]
 
@@ -141,7 +145,7 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def call_site(name: str) -> str:
     """``"name @ file:line"`` of the first caller outside oocarr and JAX."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         path = frame.f_code.co_filename
         if not path.startswith(_PACKAGE) and f"{os.sep}jax{os.sep}" not in path:

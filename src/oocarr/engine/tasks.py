@@ -17,10 +17,11 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
+from oocarr.store.blocked import BlockedArray
 from oocarr.store.locator import Locator
 from oocarr.store.registry import get_driver
 
@@ -28,6 +29,9 @@ from .io import TASK_BUFFERS, Operand
 from .op import BlockParallelOp, Plan, Region
 from .stats import IOCounts
 from .tiles import StepGradient, TileFolder
+
+if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
 
 __all__ = ["BackwardPlan", "BackwardTask", "TilePlan", "TileTask", "finished_tiles", "opened"]
 
@@ -68,9 +72,10 @@ class TileTask:
     #: writes its finished tile itself (whole write units of the output): it returns ``None``.
     writer: Any = None
 
-    def run(self, counts: IOCounts | None = None) -> np.ndarray:
+    def run(self, counts: IOCounts | None = None) -> np.ndarray | None:
         """Compute this tile: open the stored inputs by locator, fold every step, finish
-        (reads counted into ``counts`` when given).
+        (reads counted into ``counts`` when given); ``None`` when the task wrote it itself
+        (``writer``).
 
         Examples
         --------
@@ -144,6 +149,12 @@ def finished_tiles(
             total = None
 
 
+@overload
+def opened(refs: Sequence[Locator]) -> AbstractContextManager[Sequence[BlockedArray]]: ...
+@overload
+def opened(
+    refs: Sequence[Locator | np.ndarray],
+) -> AbstractContextManager[Sequence[BlockedArray | np.ndarray]]: ...
 @contextlib.contextmanager
 def opened(refs: Sequence[Locator | np.ndarray]) -> Iterator[list[Any]]:
     """Each stored ref opened read-only by its locator (in-memory values as they are), closed
@@ -157,16 +168,19 @@ def opened(refs: Sequence[Locator | np.ndarray]) -> Iterator[list[Any]]:
     ...     store.shape, value.shape
     ((3,), (2,))
     """
-    values = []
+    values: list[BlockedArray | np.ndarray] = []
+    stores: list[BlockedArray] = []  # those opened here
     try:
         for ref in refs:
-            stored = isinstance(ref, Locator)
-            values.append(get_driver(ref.driver).open(ref, "r") if stored else ref)
+            if isinstance(ref, Locator):
+                stores.append(get_driver(ref.driver).open(ref, "r"))
+                values.append(stores[-1])
+            else:
+                values.append(ref)
         yield values
     finally:
-        for value, ref in zip(values, refs):
-            if isinstance(ref, Locator):
-                value.close()
+        for store in stores:
+            store.close()
 
 
 @dataclass(frozen=True, eq=False)

@@ -11,7 +11,7 @@ import jax
 import numpy as np
 
 from .compile import backward_function, block_functions, cached
-from .op import BlockParallelOp, HostBlock, Plan, Region
+from .op import BlockParallelOp, HostBlock, PadMode, Plan, Region
 
 __all__ = [
     "Nominal",
@@ -76,7 +76,11 @@ class Nominal:
 
 
 def pad(
-    block: np.ndarray, shape: tuple[int, ...], mode: str, value: float = 0, front: tuple = ()
+    block: np.ndarray,
+    shape: tuple[int, ...],
+    mode: PadMode,
+    value: float = 0,
+    front: tuple = (),
 ) -> np.ndarray:
     """``block`` padded to ``shape``: after its elements, or before them along the axes in
     ``front``."""

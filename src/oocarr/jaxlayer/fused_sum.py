@@ -68,6 +68,9 @@ class FusedSum(StreamSum):
     """The sum of a fused array over row tiles: :class:`~.row_sums.StreamSum` of its
     expression, with the fused array itself as a last input (the op-by-op backward's)."""
 
+    # the call's params, which the primitive reads as attributes (``spec`` as StreamSum's)
+    fused_aval: DiskArrayType
+
     def __init__(self, spec: Spec, site: str, fused_aval: DiskArrayType) -> None:
         self.in_avals = (*spec.leaf_avals, *spec.dynamic_avals, fused_aval)
         self.out_aval = ShapedArray((), spec.out_dtype)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable
+from types import FrameType
 from typing import Any
 
 from jax._src import core as jax_core
@@ -103,7 +104,8 @@ def _converting() -> tuple[str, str | None]:
     ``("operator", name)`` for JAX's binary operator ``_operator_<name>`` (its right operand),
     else ``("function", name)``: the ``fun_name`` that ``jax.numpy``'s argument helpers are
     given, or the outermost public function of ``jax.numpy``'s modules (None when none)."""
-    frame, outermost = sys._getframe(2), None
+    frame: FrameType | None = sys._getframe(2)
+    outermost = None
     while frame is not None:
         module = frame.f_globals.get("__name__", "")
         if module.startswith("jax."):
@@ -138,7 +140,7 @@ def refuse_conversion(x: Any) -> Any:
     jax.numpy.sum cannot read a DiskArray
     """
     kind, name = _converting()
-    if kind == "operator":
+    if kind == "operator" and name is not None:  # an operator always has its name
         raise JaxNumpyArgumentError(operator_message(name))
     if name is None:
         raise JaxNumpyArgumentError(

@@ -58,13 +58,19 @@ from .disk_array import MARKER_DTYPE, DiskArray, DiskArrayType, is_disk, registe
 __all__ = ["make_op", "add_into", "zeros_at"]
 
 
-@functools.lru_cache(maxsize=1024)
-def _op_instance(op_class: type, shapes: tuple, params: tuple) -> BlockParallelOp | CustomOp:
+def _new_op(op_class: type, shapes: tuple, params: tuple) -> BlockParallelOp | CustomOp:
     return op_class(*shapes, **dict(params))
 
 
+#: An op instance per class, shapes and parameters (typed as ``_new_op``: lru_cache's wrapper
+#: takes Hashable arguments, which mypy does not see an op class to be).
+_op_instance: Callable[[type, tuple, tuple], BlockParallelOp | CustomOp] = functools.lru_cache(
+    maxsize=1024
+)(_new_op)
+
+
 def _freeze_params(params: dict[str, Any]) -> tuple:
-    def freeze(v):
+    def freeze(v: Any) -> Any:
         return tuple(freeze(x) for x in v) if isinstance(v, list) else v
 
     return tuple(sorted((k, freeze(v)) for k, v in params.items()))
@@ -134,7 +140,7 @@ class Forward(VJPHiPrimitive):
             )
         self.out_aval = out_aval
         self.params = {"op_key": op.key, "out_type": out_aval}
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # jax's hijax is unannotated
 
     @property
     def stored_output(self) -> bool:
@@ -224,7 +230,7 @@ class FusedForward(Forward):
 
     def __init__(
         self,
-        op: Op,
+        op: BlockParallelOp | CustomOp,
         in_avals: tuple,
         out_aval: DiskArrayType,
         slots: tuple,
@@ -339,7 +345,7 @@ class Backward(VJPHiPrimitive):
         )
         self.params = {"fwd": fwd, "owner": owner, "existing": existing}
         self.token = uuid.uuid4().hex
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # jax's hijax is unannotated
         weakref.finalize(self, fused.forget, self.token)
 
     @functools.cached_property

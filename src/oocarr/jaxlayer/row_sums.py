@@ -44,6 +44,7 @@ from oocarr.engine.plan import (
 )
 from oocarr.engine.stats import IOCounts, record
 from oocarr.errors import InvalidArgumentError
+from oocarr.store.blocked import BlockedArray
 from oocarr.store.locator import Locator
 
 from .callbacks import call, least_read_bytes, open_store, result_struct
@@ -249,7 +250,12 @@ def _rows_within(spec: Spec, operands: Sequence[Operand], usable: int, row_bytes
         STREAM_SUM_TILE_BYTES // (row_bytes - spec.extra_row_bytes),
     )
     chunk = next(
-        (o.value.chunks[0] for o in operands if o.stored and o.value.chunks is not None), None
+        (
+            o.value.chunks[0]
+            for o in operands
+            if isinstance(o.value, BlockedArray) and o.value.chunks is not None
+        ),
+        None,
     )
     if chunk is not None and chunk <= rows:
         rows -= rows % chunk
@@ -265,7 +271,11 @@ def _row_bytes(spec: Spec) -> int:
 
 def _read_overhead(operands: Sequence[Operand], rows: int) -> int:
     """Bytes the drivers' reads of one row tile hold besides the tile."""
-    return sum(o.value.read_overhead((rows, *o.shape[1:])) for o in operands if o.stored)
+    return sum(
+        o.value.read_overhead((rows, *o.shape[1:]))
+        for o in operands
+        if isinstance(o.value, BlockedArray)
+    )
 
 
 def _projection(row_bytes: int, rows: int, overhead: int = 0) -> Projection:
@@ -386,13 +396,16 @@ def row_plan(spec: Spec, wanted: tuple[bool, ...] | None, values: Sequence[Any])
     """The call as row tasks, tiled as :func:`_stream` tiles it (see :mod:`.row_tasks`)."""
     k = len(spec.leaf_avals)
     leaves, dynamic = tuple(np.asarray(x) for x in values[:k]), iter(values[k:])
-    stores, inputs, operands = [], [], []
+    stores: list[BlockedArray] = []
+    inputs: list[Locator | np.ndarray] = []
+    operands: list[Operand] = []
     try:
         for src in spec.sources:
             value = next(dynamic) if src.dynamic else None
             if src.locator is None:
-                inputs.append(np.asarray(value))
-                operands.append(Operand(inputs[-1]))
+                array = np.asarray(value)
+                inputs.append(array)
+                operands.append(Operand(array))
             else:
                 stores.append(open_store(src.locator))
                 inputs.append(src.locator)
@@ -425,12 +438,15 @@ def _expand(
 class StreamSum(VJPHiPrimitive):
     """The sum over row tiles; its VJP reads the data once for the value and the gradient."""
 
+    # the call's params, which the primitive reads as attributes
+    spec: Spec
+
     def __init__(self, spec: Spec, site: str) -> None:
         self.in_avals = (*spec.leaf_avals, *spec.dynamic_avals)
         self.out_aval = ShapedArray((), spec.out_dtype)
         self.params = {"spec": spec}
         self.site = site
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # jax's hijax is unannotated
 
     def expand(self, *args: Any) -> Any:
         return _expand(self.spec, self.site, None, [self.out_aval], args)[0]
@@ -475,6 +491,10 @@ class StreamSum(VJPHiPrimitive):
 class StreamValueAndGrad(VJPHiPrimitive):
     """The sum and its gradient with respect to the ``wanted`` parameter leaves, one pass."""
 
+    # the call's params, which the primitive reads as attributes
+    spec: Spec
+    wanted: tuple[bool, ...]
+
     def __init__(self, spec: Spec, wanted: tuple[bool, ...], site: str) -> None:
         self.in_avals = (*spec.leaf_avals, *spec.dynamic_avals)
         self.out_aval = (
@@ -483,7 +503,7 @@ class StreamValueAndGrad(VJPHiPrimitive):
         )
         self.params = {"spec": spec, "wanted": wanted}
         self.site = site
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # jax's hijax is unannotated
 
     def expand(self, *args: Any) -> tuple[Any, ...]:
         return _expand(self.spec, self.site, self.wanted, self.out_aval, args)

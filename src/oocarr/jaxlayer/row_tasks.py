@@ -11,19 +11,23 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from oocarr.engine.io import TASK_BUFFERS, Operand
 from oocarr.engine.stats import IOCounts
 from oocarr.jaxlayer.callbacks import open_store
+from oocarr.store.blocked import BlockedArray
 from oocarr.store.locator import Locator
+
+if TYPE_CHECKING:
+    from oocarr.engine.op import PadMode
 
 __all__ = ["Partial", "RowPlan", "RowTask", "Sums", "pad_rows", "tile_partial"]
 
 
-def pad_rows(block: np.ndarray, rows: int, mode: str) -> np.ndarray:
+def pad_rows(block: np.ndarray, rows: int, mode: PadMode) -> np.ndarray:
     """``block`` padded to ``rows`` rows (``numpy.pad`` ``mode``).
 
     Examples
@@ -127,20 +131,20 @@ class RowTask:
     def run(self, counts: IOCounts | None = None) -> Partial:
         """Read this tile's rows (reopening stored arrays by locator) and compute its partial
         (reads counted into ``counts`` when given)."""
-        stores = [open_store(i) if isinstance(i, Locator) else None for i in self.inputs]
+        values = [open_store(i) if isinstance(i, Locator) else i for i in self.inputs]
         try:
             blocks = []
-            for store, value in zip(stores, self.inputs):
-                if store is None:
+            for value in values:
+                if not isinstance(value, BlockedArray):  # in memory: the tile's rows
                     blocks.append(value)
                     continue
-                rows = (slice(self.start, self.stop), *(slice(0, d) for d in store.shape[1:]))
-                blocks.append(Operand(store, counts, TASK_BUFFERS).read(rows))
+                rows = (slice(self.start, self.stop), *(slice(0, d) for d in value.shape[1:]))
+                blocks.append(Operand(value, counts, TASK_BUFFERS).read(rows))
             return tile_partial(self.spec, self.wanted, self.leaves, blocks, self.tile)
         finally:
-            for store in stores:
-                if store is not None:
-                    store.close()
+            for value in values:
+                if isinstance(value, BlockedArray):  # opened here
+                    value.close()
 
 
 @dataclass(frozen=True, eq=False)

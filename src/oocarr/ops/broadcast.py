@@ -21,7 +21,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from oocarr.engine.op import CustomOp, Region, Run
+from oocarr.engine.op import CustomOp, Region, Run, cotangent
 from oocarr.errors import InvalidArgumentError, ShapeMismatchError
 
 __all__ = ["BroadcastTo"]
@@ -116,10 +116,10 @@ class BroadcastTo(CustomOp):
     def backward(self, run: Run) -> None:
         if not run.wants_grad(0) or math.prod(self.output_shape) == 0:
             return
-        dtype = np.result_type(run.g.dtype, np.float32)
+        dtype = np.result_type(cotangent(run).dtype, np.float32)
         total: Any = None
         current: Region | None = None
-        for region, (g,) in run.stream(self._grouped_regions(run), [run.g]):
+        for region, (g,) in run.stream(self._grouped_regions(run), [cotangent(run)]):
             source = self._source(region)
             if source != current:
                 if current is not None:

@@ -72,7 +72,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from oocarr.engine.op import CustomOp, Region, Run
+from oocarr.engine.op import CustomOp, Reader, Region, Run, cotangent, forward_output
 from oocarr.errors import InvalidArgumentError, UnsupportedDtypeError
 
 __all__ = ["Block", "Cholesky", "forward_reads", "optimum_reads", "plan_blocks"]
@@ -289,7 +289,7 @@ class Cholesky(CustomOp):
             )
         return shape
 
-    def result_dtype(self, *inputs: jax.ShapeDtypeStruct) -> np.dtype:
+    def result_dtype(self, *inputs: jax.ShapeDtypeStruct | Reader) -> np.dtype:
         dtype = np.dtype(inputs[0].dtype)
         if dtype.kind != "f":
             raise UnsupportedDtypeError(
@@ -387,6 +387,7 @@ class Cholesky(CustomOp):
                 del diagonal
                 self._write(run, cols, cols, lkk)
                 finished.write(cols, cols, lkk)
+            assert lkk is not None  # the first row block factored the diagonal block
             for p in _pieces(below, height):
                 part = _host_right_solve(np.asarray(acc.pop(0), dtype), lkk)
                 self._write(run, p, cols, part)
@@ -402,7 +403,7 @@ class Cholesky(CustomOp):
         n = self.output_shape[0]
         if n == 0 or not run.wants_grad(0):
             return
-        dtype = np.dtype(run.out.dtype)
+        dtype = np.dtype(forward_output(run).dtype)
         blocks, buffer = self.blocks(run)
         names = (_chol_grad_update, _chol_grad_solve, _chol_grad_gram, _chol_grad_diagonal)
         fns = {f.__name__: run.jit(f) for f in names}
@@ -423,17 +424,19 @@ class Cholesky(CustomOp):
         s, w, h = block
         cols = slice(s, s + w)
         square = (width, width)
-        lkk = _padded_diagonal(self._read(run.out.read, cols, cols, (w, w), dtype), width)
-        gram = np.tril(self._read(run.g.read, cols, cols, square, dtype))
+        lkk = _padded_diagonal(
+            self._read(forward_output(run).read, cols, cols, (w, w), dtype), width
+        )
+        gram = np.tril(self._read(cotangent(run).read, cols, cols, square, dtype))
         for top in range(s + w, n, h):
             rows = slice(top, min(top + h, n))
             acc = [
-                self._read(run.g.read, p, cols, (height, width), dtype)
+                self._read(cotangent(run).read, p, cols, (height, width), dtype)
                 for p in _pieces(rows, height)
             ]
             for a in range(s + w, n, chunk):
                 columns = slice(a, min(a + chunk, n))
-                ls = self._read(run.out.read, columns, cols, (chunk, width), dtype)
+                ls = self._read(forward_output(run).read, columns, cols, (chunk, width), dtype)
                 for i, p in enumerate(_pieces(rows, height)):
                     left = _padded(xs.read((p, columns)), (height, chunk), dtype)
                     acc[i] = fns["_chol_grad_update"](acc[i], left, ls)
@@ -445,7 +448,7 @@ class Cholesky(CustomOp):
                 xs.write((cols, p), part.T)
                 run.accumulate(0, (p, cols), part * 0.5)
                 run.accumulate(0, (cols, p), part.T * 0.5)
-                ls = self._read(run.out.read, p, cols, (height, width), dtype)
+                ls = self._read(forward_output(run).read, p, cols, (height, width), dtype)
                 gram = fns["_chol_grad_gram"](gram, solved, ls)
         diagonal = np.asarray(fns["_chol_grad_diagonal"](lkk, gram))[:w, :w]
         xs.write((cols, cols), diagonal)

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from oocarr.engine.op import CustomOp, Region, Run
+from oocarr.engine.op import CustomOp, Region, Run, cotangent
 from oocarr.errors import InvalidArgumentError, ShapeMismatchError
 
 __all__ = ["Concat"]
@@ -99,7 +99,7 @@ class Concat(CustomOp):
                 continue
             tile = run.tile_shape(shape)
             placed = (self._placed(i, offset, r) for r in run.regions(shape, tile))
-            for out, (block,) in run.stream(placed, [run.g]):
+            for out, (block,) in run.stream(placed, [cotangent(run)]):
                 region = self._taken(offset, out)
                 run.accumulate(i, region, np.asarray(block).reshape(_extent(region)))
 

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from oocarr.engine.op import CustomOp, Region, Run
+from oocarr.engine.op import CustomOp, Region, Run, cotangent
 from oocarr.errors import InvalidArgumentError
 from oocarr.ops.prod import compute_dtype
 
@@ -115,12 +115,12 @@ class CumulativeSum(CustomOp):
     def backward(self, run: Run) -> None:
         if not run.wants_grad(0):
             return
-        dtype = np.result_type(run.g.dtype, np.float32)
+        dtype = np.result_type(cotangent(run).dtype, np.float32)
         reverse_scan = run.jit(self._reverse_scan)
         for _, column, tile in self._columns(run):
             carry = np.zeros(tile[: self.axis] + (1,) + tile[self.axis + 1 :], dtype)
             backwards = column[::-1]
-            read = run.stream([self._shifted(r) for r in backwards], [run.g])
+            read = run.stream([self._shifted(r) for r in backwards], [cotangent(run)])
             for region, (_, (g,)) in zip(backwards, read):
                 sums, carry = reverse_scan(carry, run.pad(g, tile))
                 run.accumulate(0, region, run.crop(sums, region))

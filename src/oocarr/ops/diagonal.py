@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import jax
 import numpy as np
 
-from oocarr.engine.op import CustomOp, Region, Run
+from oocarr.engine.op import CustomOp, Region, Run, cotangent
 from oocarr.errors import InvalidArgumentError
 
 __all__ = ["Diagonal", "diagonal_length"]
@@ -125,8 +125,8 @@ class Diagonal(CustomOp):
         if not run.wants_grad(0):
             return
         _, side = self._tiles(run)
-        dtype = np.dtype(run.g.dtype)
-        for region, (g,) in run.stream(part, [run.g]):
+        dtype = np.dtype(cotangent(run).dtype)
+        for region, (g,) in run.stream(part, [cotangent(run)]):
             for box, fill in self._squares(region, side):
                 shape = [r.stop - r.start for r in box]
                 grad = np.zeros(shape, dtype)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -46,13 +47,13 @@ class Elementwise(BlockParallelOp):
         return type(self).fn(*blocks)
 
 
-def _op(name: str, fn) -> type[Elementwise]:
+def _op(name: str, fn: Callable[..., Any]) -> type[Elementwise]:
     return type(
         name.title().replace("_", ""), (Elementwise,), {"name": name, "fn": staticmethod(fn)}
     )
 
 
-def _relu(x):
+def _relu(x: jax.Array) -> jax.Array:
     return jnp.maximum(x, 0)
 
 
@@ -73,18 +74,16 @@ UNARY = {
     }.items()
 }
 
-BINARY = {
-    name: _op(name, fn)
-    for name, fn in {
-        "add": jnp.add,
-        "subtract": jnp.subtract,
-        "multiply": jnp.multiply,
-        "divide": jnp.divide,
-        "maximum": jnp.maximum,
-        "minimum": jnp.minimum,
-        "power": jnp.power,
-    }.items()
+_BINARY_FNS: dict[str, Callable[..., Any]] = {
+    "add": jnp.add,
+    "subtract": jnp.subtract,
+    "multiply": jnp.multiply,
+    "divide": jnp.divide,
+    "maximum": jnp.maximum,
+    "minimum": jnp.minimum,
+    "power": jnp.power,
 }
+BINARY = {name: _op(name, fn) for name, fn in _BINARY_FNS.items()}
 
 COMPARISON = {
     name: _op(name, getattr(jnp, name))
@@ -124,7 +123,7 @@ MATH = {
 }
 
 
-def _sign(x):
+def _sign(x: jax.Array) -> jax.Array:
     """``jnp.sign`` with ``sign(-0.0) == +0.0``, as NumPy and the Array API give (XLA keeps
     the zero's sign)."""
     return jnp.where(x == 0, jnp.zeros((), x.dtype), jnp.sign(x))
@@ -146,7 +145,7 @@ MATH_BINARY = {
 }
 
 
-def _floor_divide(x1, x2):
+def _floor_divide(x1: jax.Array, x2: jax.Array) -> jax.Array:
     """``jnp.floor_divide``, with a zero quotient of floating operands signed as ``x1 / x2``
     is, as NumPy and the Array API give (``-0.0 // 3.0`` is ``-0.0``, ``0.0 // -3.0`` is
     ``-0.0``); ``jnp.floor_divide``'s zeros have the sign of its ``(x1 - x1 % x2) / x2``."""
@@ -157,7 +156,7 @@ def _floor_divide(x1, x2):
     return jnp.where(out == 0, zero, out)
 
 
-def _remainder(x1, x2):
+def _remainder(x1: jax.Array, x2: jax.Array) -> jax.Array:
     """``jnp.remainder``, with a zero remainder of floating operands signed as ``x2``, as
     Python's ``%``, NumPy and the Array API give (``-0.0 % 3.0`` is ``0.0``, ``6.0 % -3.0`` is
     ``-0.0``); ``jnp.remainder`` gives zeros the sign of ``x1``."""

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from oocarr.engine.op import CustomOp, Plan, Region, Run, grow_block
+from oocarr.engine.op import CustomOp, Plan, Region, Run, cotangent, grow_block
 from oocarr.errors import InvalidArgumentError
 
 __all__ = ["FFT", "KINDS", "NORMS"]
@@ -222,6 +222,6 @@ class FFT(CustomOp):
         grad = run.jit(self._grad)
         like = np.zeros((), run.inputs[0].dtype)
         regions = [self._with_axis(r, self.out_len) for r in run.regions(self._others(), tile)]
-        for region, (g,) in run.stream(regions, [run.g]):
+        for region, (g,) in run.stream(regions, [cotangent(run)]):
             into = self._with_axis(region[: self.axis] + region[self.axis + 1 :], self.used)
             run.accumulate(0, into, run.crop(grad(run.pad(g, out_tile), like), into))

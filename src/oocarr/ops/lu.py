@@ -319,12 +319,18 @@ class Blocks:
         self.run = run
         self.host = run is None or block_elems < HOST_BELOW
 
+    def _device(self) -> Run:
+        """The run whose device computes the blocks (there is one unless ``host``)."""
+        if self.run is None:
+            raise RuntimeError("blocks made without a run compute on the host")
+        return self.run
+
     def _jit(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return self.run.jit(fn)(*args)
+        return self._device().jit(fn)(*args)
 
     def put(self, value: np.ndarray) -> Any:
         """``value`` where the block math runs, to pass to many calls."""
-        return value if self.host else self.run.put(value)
+        return value if self.host else self._device().put(value)
 
     def times(self, a: Any, b: Any) -> np.ndarray:
         return a @ b if self.host else np.asarray(self._jit(_times, a, b))

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from oocarr.engine.op import Reader, Run
+from oocarr.engine.op import Reader, Run, cotangent, forward_output
 from oocarr.errors import InvalidArgumentError, ShapeMismatchError
 
 from .lu import (
@@ -177,7 +177,11 @@ def solve_backward(
     with panel_store(run, plan, dtype) as store, run.temporary((n, k), dtype) as z:
         fac = factor(run, plan, run.inputs[0], store, dtype)
         for cols in column_blocks(k, plan.width):
-            solved = transposed_solve(run, fac, lambda a, b, c=cols: g_rows(slice(a, b), c))
+
+            def g_panel(a: int, b: int, c: slice = cols) -> np.ndarray:
+                return g_rows(slice(a, b), c)
+
+            solved = transposed_solve(run, fac, g_panel)
             if want_b:
                 add_b(0, cols, solved)
             if want_a:
@@ -251,8 +255,8 @@ class LUSolve(LUOp):
         solve_backward(
             self,
             run,
-            lambda rows, cols: self._rows(run.g, rows, cols),
-            lambda rows, cols: self._rows(run.out, rows, cols),
+            lambda rows, cols: self._rows(cotangent(run), rows, cols),
+            lambda rows, cols: self._rows(forward_output(run), rows, cols),
             self.k,
             self.in_shapes[1],
         )
@@ -290,8 +294,8 @@ class LUInverse(LUOp):
         solve_backward(
             self,
             run,
-            lambda rows, cols: np.asarray(run.g.read((rows, cols))),
-            lambda rows, cols: np.asarray(run.out.read((rows, cols))),
+            lambda rows, cols: np.asarray(cotangent(run).read((rows, cols))),
+            lambda rows, cols: np.asarray(forward_output(run).read((rows, cols))),
             self.n,
             None,
         )
@@ -334,9 +338,11 @@ class LUDeterminant(LUOp):
         if not run.wants_grad(0):
             return
         if self.params.get("log"):
-            scale = float(np.asarray(run.g.read((slice(0, 2),)))[1])
+            scale = float(np.asarray(cotangent(run).read((slice(0, 2),)))[1])
         else:
-            scale = float(np.asarray(run.g.read(()))) * float(np.asarray(run.out.read(())))
+            scale = float(np.asarray(cotangent(run).read(()))) * float(
+                np.asarray(forward_output(run).read(()))
+            )
         n = self.n
         dtype = compute_dtype(run.inputs[0].dtype, what=self.what)
         plan = self.plan_for(run)

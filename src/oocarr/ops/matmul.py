@@ -5,7 +5,7 @@ products over k."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import jax
@@ -53,7 +53,7 @@ class Matmul(BlockParallelOp):
             *(() if self.b_vec else (self.n,)),
         )
 
-    def plan(self, budget_elems: int, chunks, host: bool = False) -> Plan:
+    def plan(self, budget_elems: int, chunks: tuple[int, ...] | None, host: bool = False) -> Plan:
         """Output tiles as large as the budget allows, fed by k-panels of ``a`` and ``b``.
 
         Each input is read ``n / tn`` (``a``) or ``m / tm`` (``b``) times, so
@@ -105,7 +105,13 @@ class Matmul(BlockParallelOp):
         )
         return Plan(tile, {"k": tk})
 
-    def buffers(self, out_tile, in_blocks, stored, host=False) -> list[tuple[str, int, int]]:
+    def buffers(
+        self,
+        out_tile: tuple[int, ...],
+        in_blocks: Sequence[tuple[int, ...]],
+        stored: Sequence[bool],
+        host: bool = False,
+    ) -> list[tuple[str, int, int]]:
         """What :meth:`plan` counts: three output-tile buffers and three panels of each side
         (folded by the host BLAS: two of each)."""
         if len(in_blocks) < 2:  # an empty product has no tiles, and reads nothing
@@ -128,7 +134,7 @@ class Matmul(BlockParallelOp):
             ("b panels (in use, read ahead, held by XLA)", panels, math.prod(in_blocks[1])),
         ]
 
-    def host_block(self, dtypes) -> HostBlock | None:
+    def host_block(self, dtypes: Sequence[np.dtype]) -> HostBlock | None:
         """A product of two matrices of one float or complex dtype folded in place: each
         k-panel's product added into the accumulator by one function the engine compiles
         donating it (``compiled``), row strip by row strip (:func:`_fold_strips`), so XLA's
@@ -152,7 +158,7 @@ class Matmul(BlockParallelOp):
             return None  # JAX computes it narrowed (float64 without x64)
         return HostBlock(jnp.matmul, _add, _fold_strips, compiled=True)
 
-    def host_backward(self, dtypes, wanted) -> Any:
+    def host_backward(self, dtypes: Sequence[np.dtype], wanted: Sequence[bool]) -> Any:
         """``g @ bᵀ`` and ``aᵀ @ g`` with NumPy's BLAS, for the products :meth:`host_block`
         folds: XLA's ``vjp`` of a 6400×256 by 256×1 block took 0.31 ms, NumPy's ``aᵀ @ g``
         0.18 ms, and each jitted call puts its three arguments on the device first.
@@ -197,7 +203,7 @@ class Matmul(BlockParallelOp):
     def forward_block(self, a: jax.Array, b: jax.Array) -> jax.Array:
         return jnp.matmul(a, b)
 
-    def fused_form(self, stored) -> BlockParallelOp | None:
+    def fused_form(self, stored: Sequence[bool]) -> BlockParallelOp | None:
         """A stored matrix (or stack) times an in-memory vector or matrix fuses as a
         :class:`RowMatmul`; any other product runs as a stored op."""
         a, b = self.in_shapes

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from oocarr.engine.op import CustomOp, Region, Run
+from oocarr.engine.op import CustomOp, Region, Run, cotangent
 from oocarr.errors import InvalidArgumentError, NotSupportedError
 from oocarr.ops.reductions import normalize_axes
 
@@ -74,7 +74,9 @@ class ReducingOp(CustomOp):
         """The accumulator of a panel of input ``tile``s: the tile, reduced axes kept as 1."""
         return tuple(1 if a in self.axes else t for a, t in enumerate(tile))
 
-    def finished(self, run: Run, acc: jax.Array, out: Region, panel: Region) -> np.ndarray:
+    def finished(
+        self, run: Run, acc: jax.Array | np.ndarray, out: Region, panel: Region
+    ) -> np.ndarray:
         """A panel's finished accumulator as the output tile at ``out``: cut to the panel, its
         reduced axes dropped unless ``keepdims``."""
         return run.crop(acc, panel).reshape(tuple(s.stop - s.start for s in out))
@@ -103,7 +105,7 @@ class ReducingOp(CustomOp):
 
     def g_tile(self, run: Run, out: Region, panel: Region, tile: tuple[int, ...]) -> np.ndarray:
         """The output's cotangent over ``out``, shaped and padded as ``panel``'s accumulator."""
-        g = np.asarray(run.g.read(out)).reshape(tuple(s.stop - s.start for s in panel))
+        g = np.asarray(cotangent(run).read(out)).reshape(tuple(s.stop - s.start for s in panel))
         return run.pad(g, self.acc_shape(tile))
 
 
@@ -144,7 +146,9 @@ class Prod(ReducingOp):
         p = p * jnp.prod(jnp.where(zero, 1, x), axis=self.axes, keepdims=True)
         return p, zeros + jnp.sum(zero, axis=self.axes, keepdims=True, dtype=jnp.int32)
 
-    def _grad_block(self, g: jax.Array, p: jax.Array, zeros: jax.Array, block: jax.Array):
+    def _grad_block(
+        self, g: jax.Array, p: jax.Array, zeros: jax.Array, block: jax.Array
+    ) -> jax.Array:
         x = self._factors(block, p.dtype)
         zero = x == 0
         others = jnp.where(zeros == 0, p / jnp.where(zero, 1, x), jnp.where(zero, p, 0))

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from oocarr.engine.op import BlockParallelOp, HostBlock, Plan, Region, grow_block
+from oocarr.engine.op import BlockParallelOp, HostBlock, PadMode, Partial, Plan, Region, grow_block
 from oocarr.errors import InvalidArgumentError
 
 __all__ = [
@@ -29,7 +29,7 @@ __all__ = [
 ]
 
 
-def normalize_axes(axis, ndim: int) -> tuple[int, ...]:
+def normalize_axes(axis: int | Sequence[int] | None, ndim: int) -> tuple[int, ...]:
     """``None``, an int or a tuple of ints as sorted non-negative axes.
 
     Examples
@@ -62,7 +62,7 @@ class Sum(BlockParallelOp):
         self.axes = normalize_axes(self.params.get("axis"), len(shape))
         return self._out_of(shape, fill=1)
 
-    def plan(self, budget_elems: int, chunks, host: bool = False) -> Plan:
+    def plan(self, budget_elems: int, chunks: tuple[int, ...] | None, host: bool = False) -> Plan:
         (shape,) = self.in_shapes
         per_tile = max(1, budget_elems // self.residency)
         # the input tile is only reduced, so its chunks may lie anywhere in it: stacked along
@@ -78,7 +78,7 @@ class Sum(BlockParallelOp):
         out_tile = self._out_of(in_tile, fill=1)
         return Plan(out_tile, {f"in{i}": n for i, n in enumerate(in_tile)})
 
-    def tile_itemsize(self, dtypes, plan: Plan | None = None) -> int:
+    def tile_itemsize(self, dtypes: Sequence[np.dtype], plan: Plan | None = None) -> int:
         """The input's itemsize, once each tile reduces enough elements into one that the
         partial, accumulator and output tiles (of the wider result type) are no larger than
         the input tile: a uint16 tile is not counted at the uint32 sum's width, so a 32 MiB
@@ -90,7 +90,7 @@ class Sum(BlockParallelOp):
         reduced = math.prod(plan.extra[f"in{a}"] for a in self.axes)
         return max(dtype.itemsize, -(-out // max(1, reduced)))
 
-    def _out_of(self, values, fill):
+    def _out_of(self, values: Sequence[int], fill: int) -> tuple[int, ...]:
         keep = self.params.get("keepdims", False)
         return tuple(
             fill if i in self.axes else v
@@ -116,7 +116,7 @@ class Sum(BlockParallelOp):
         for region in _tiles(per_axis):
             yield (region,)
 
-    def forward_block(self, block: jax.Array) -> jax.Array:
+    def forward_block(self, block: jax.Array) -> Any:  # an array here, Moments' a triple
         return jnp.sum(block, axis=self.axes, keepdims=self.params.get("keepdims", False))
 
     def fused_form(self, stored: Sequence[bool]) -> BlockParallelOp | None:
@@ -140,7 +140,7 @@ class Sum(BlockParallelOp):
     #: booleans (``None``: not exact, or not faster).
     host_ufunc: np.ufunc | None = np.add
 
-    def host_block(self, dtypes) -> HostBlock | None:
+    def host_block(self, dtypes: Sequence[np.dtype]) -> HostBlock | None:
         """NumPy's reduction for integer and boolean inputs, in jax.numpy's result type (a
         uint16 sum accumulates in uint32 without x64, wrapping as XLA's does).  XLA:CPU
         reduces a 64 MiB uint16 block at about 1 GB/s, NumPy at 7 GB/s (uint8 0.6 against
@@ -174,7 +174,9 @@ class Sum(BlockParallelOp):
         return HostBlock(forward, combine)
 
 
-def _within_chunk(shape, chunks, per_tile: int) -> tuple[int, ...]:
+def _within_chunk(
+    shape: tuple[int, ...], chunks: tuple[int, ...], per_tile: int
+) -> tuple[int, ...]:
     """A tile of at most ``per_tile`` elements for a chunk that is larger: the chunk cut into
     as few pieces as fit, first axis first, so that a compressed chunk (decoded whole for any
     part of it) is decoded as few times as the budget allows.  Rows of whole chunks across
@@ -255,7 +257,7 @@ class Moments(Sum):
         self.params["keepdims"] = False
         return (2, *super().compute_output_shape())
 
-    def plan(self, budget_elems: int, chunks, host: bool = False) -> Plan:
+    def plan(self, budget_elems: int, chunks: tuple[int, ...] | None, host: bool = False) -> Plan:
         inner = super().plan(budget_elems, chunks, host)
         return Plan((2, *inner.out_tile), inner.extra)
 
@@ -294,7 +296,7 @@ class Max(Sum):
     """``max(x, axis=None, keepdims=False)``; the gradient goes to the maximal elements."""
 
     name = "max"
-    pad_mode = "edge"
+    pad_mode: PadMode = "edge"
     needs_output = True
     reduce = staticmethod(jnp.max)
 
@@ -302,12 +304,12 @@ class Max(Sum):
         return None
 
     pick = staticmethod(jnp.maximum)
-    host_ufunc = np.maximum
+    host_ufunc: np.ufunc | None = np.maximum
 
-    def forward_block(self, block: jax.Array) -> jax.Array:
+    def forward_block(self, block: jax.Array) -> Partial:
         return type(self).reduce(block, axis=self.axes, keepdims=self.params.get("keepdims", False))
 
-    def combine(self, acc: jax.Array, part: jax.Array) -> jax.Array:
+    def combine(self, acc: Any, part: Any) -> Any:  # LogSumExp's are pairs
         return type(self).pick(acc, part)
 
     def _expand(self, value: jax.Array) -> jax.Array:
@@ -365,7 +367,7 @@ class LogSumExp(Max):
         return ((self._expand(g) * jnp.exp(block - self._expand(out))).astype(block.dtype),)
 
 
-class _RowReduction:
+class _RowReduction(Sum):
     """The row-local form of a reduction over axes after the first: each output row needs only
     the same row of its input, so under ``jax.jit`` the call fuses (a row-local node of a fused
     array, evaluated on its consumer's row tiles) instead of writing its result.  Its math on a

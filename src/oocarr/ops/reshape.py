@@ -19,7 +19,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from oocarr.engine.op import CustomOp, Reader, Region, Run, grow_block
+from oocarr.engine.op import CustomOp, Reader, Region, Run, cotangent, grow_block
 from oocarr.errors import InvalidArgumentError, ShapeMismatchError
 
 __all__ = ["Reshape", "flat_boxes", "resolve_shape"]
@@ -166,4 +166,4 @@ class Reshape(CustomOp):
         def add(region: Region, block: np.ndarray) -> None:
             run.accumulate(0, region, block)
 
-        self._copy_runs(run, run.g, self.output_shape, shape, add)
+        self._copy_runs(run, cotangent(run), self.output_shape, shape, add)

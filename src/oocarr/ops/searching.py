@@ -77,18 +77,26 @@ class ArgMax(ReducingOp):
         refuse_complex(self.name, np.dtype(inputs[0].dtype))
         return _INDEX
 
-    def _worst(self, dtype: np.dtype):
+    def _worst(self, dtype: np.dtype) -> float | int:
         """A value no element loses to (the fold's starting value, and masked elements')."""
         if jnp.issubdtype(dtype, jnp.floating):
             return -np.inf if self.largest else np.inf
         info = jnp.iinfo(dtype)
         return info.min if self.largest else info.max
 
-    def _values(self, block: jax.Array) -> jax.Array:
+    def _values(self, block: jax.Array | np.ndarray) -> jax.Array | np.ndarray:
         return block.astype(jnp.int8) if block.dtype == jnp.bool_ else block
 
     # -- block math (compiled once per op) ----------------------------------
-    def _fold(self, best, index, block, starts, extents, strides):
+    def _fold(
+        self,
+        best: jax.Array,
+        index: jax.Array,
+        block: jax.Array,
+        starts: jax.Array,
+        extents: jax.Array,
+        strides: jax.Array,
+    ) -> tuple[jax.Array, jax.Array]:
         """``(best, index)`` with one block's candidates merged in: the block's region starts
         at ``starts`` and holds ``extents`` elements along the reduced axes, whose C-order
         ``strides`` give an element's index."""

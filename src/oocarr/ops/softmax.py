@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from oocarr.engine.op import CustomOp, Region, Run
+from oocarr.engine.op import CustomOp, Region, Run, cotangent, forward_output
 from oocarr.errors import InvalidArgumentError
 
 __all__ = ["RowSoftmax", "Softmax"]
@@ -126,12 +126,12 @@ class Softmax(CustomOp):
         if not run.wants_grad(0):
             return
         columns, tile = part
-        dtype = np.result_type(run.out.dtype, np.float32)
+        dtype = np.result_type(forward_output(run).dtype, np.float32)
         dot, grad = run.jit(self._dot_block), run.jit(self._grad_block)
         acc = self._panel_buffer(tile, dtype, 0.0)
-        for _, (g, y) in run.stream(columns, [run.g, run.out]):
+        for _, (g, y) in run.stream(columns, [cotangent(run), forward_output(run)]):
             acc = jax.block_until_ready(dot(acc, run.pad(g, tile), run.pad(y, tile)))
-        for region, (g, y) in run.stream(columns, [run.g, run.out]):
+        for region, (g, y) in run.stream(columns, [cotangent(run), forward_output(run)]):
             run.accumulate(
                 0, region, run.crop(grad(run.pad(g, tile), run.pad(y, tile), acc), region)
             )

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from oocarr.engine.op import CustomOp, Run, grow_block
+from oocarr.engine.op import CustomOp, Run, cotangent, grow_block
 from oocarr.errors import InvalidArgumentError
 from oocarr.ops.searching import refuse_complex
 
@@ -137,7 +137,9 @@ class Sort(CustomOp):
             return
         tile = self._tile(run)
         _, grad = self._functions(run)
-        for region, (g, block) in run.stream(run.regions(shape, tile), [run.g, *run.inputs]):
+        for region, (g, block) in run.stream(
+            run.regions(shape, tile), [cotangent(run), *run.inputs]
+        ):
             part = grad(run.pad(g, tile), run.pad(block, tile))
             run.accumulate(0, region, run.crop(part, region))
 

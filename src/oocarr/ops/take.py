@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from oocarr.engine.op import CustomOp, Region, Run
+from oocarr.engine.op import CustomOp, Region, Run, cotangent
 from oocarr.errors import InvalidArgumentError, ShapeMismatchError
 
 __all__ = ["RowTake", "Take", "checked_indices"]
@@ -140,7 +140,7 @@ class Take(CustomOp):
         tile = run.tile_shape(self.output_shape)
         for region in run.regions(self.output_shape, tile):
             rows, inverse = np.unique(indices[region[axis]], axis=0, return_inverse=True)
-            g = np.moveaxis(np.asarray(run.g.read(region)), axis, 0)
+            g = np.moveaxis(np.asarray(cotangent(run).read(region)), axis, 0)
             summed = np.zeros((len(rows), *g.shape[1:]), g.dtype)
             np.add.at(summed, inverse.reshape(-1), g)
             summed = np.moveaxis(summed, 0, axis)

@@ -30,7 +30,7 @@ class Transpose(BlockParallelOp):
         self.axes = tuple(a % len(shape) for a in axes)
         return tuple(shape[a] for a in self.axes)
 
-    def plan(self, budget_elems: int, chunks, host: bool = False) -> Plan:
+    def plan(self, budget_elems: int, chunks: tuple[int, ...] | None, host: bool = False) -> Plan:
         """Tiles whose reads and writes are both long runs: the input's chunks (or, for
         contiguous storage, a block of its trailing axes of about the square root of a tile)
         permuted into the output, grown there last axis first.  Output tiles grown only along

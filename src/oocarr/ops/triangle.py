@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import jax
 import numpy as np
 
-from oocarr.engine.op import CustomOp, Region, Run
+from oocarr.engine.op import CustomOp, Region, Run, cotangent
 from oocarr.errors import InvalidArgumentError
 
 __all__ = ["Tril", "Triu"]
@@ -114,7 +114,7 @@ class _Triangle(CustomOp):
         if not run.wants_grad(0):
             return
         read = [region for region in part if self._coverage(region) != "none"]
-        for region, (g,) in run.stream(read, [run.g]):
+        for region, (g,) in run.stream(read, [cotangent(run)]):
             run.accumulate(0, region, self._masked(g, region))
 
 

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from oocarr.engine.op import CustomOp, Region, Run
+from oocarr.engine.op import CustomOp, Region, Run, cotangent, forward_output
 from oocarr.errors import InvalidArgumentError, NotSupportedError
 
 __all__ = ["PANEL_BYTES", "TSQR", "panel_rows", "real_float_dtype"]
@@ -109,7 +109,9 @@ class TSQR(CustomOp):
         itemsize = real_float_dtype(run.inputs[0].dtype).itemsize
         rows = panel_rows(run.tile_shape((m * n,))[0] // max(1, n), n, itemsize, n)
         rows = min(rows, m)
-        regions = [(slice(a, min(a + rows, m)), slice(0, n)) for a in range(0, m, rows)]
+        regions: list[Region] = [
+            (slice(a, min(a + rows, m)), slice(0, n)) for a in range(0, m, rows)
+        ]
         return regions, (rows, n)
 
     # -- block math (compiled once per op) ----------------------------------
@@ -145,7 +147,7 @@ class TSQR(CustomOp):
             return
         n = self.output_shape[0]
         whole = [(slice(0, n), slice(0, n))]
-        ((_, (rbar, r)),) = list(run.stream(whole, [run.g, run.out]))
+        ((_, (rbar, r)),) = list(run.stream(whole, [cotangent(run), forward_output(run)]))
         g = run.put(np.asarray(run.jit(self._gram_factor)(np.asarray(r), np.asarray(rbar))))
         times = run.jit(self._times)
         regions, tile = self._panels(run)

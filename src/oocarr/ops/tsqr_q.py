@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from oocarr.engine.op import CustomOp, Region, Run
+from oocarr.engine.op import CustomOp, Reader, Region, Run, cotangent, forward_output
 from oocarr.errors import InvalidArgumentError, NotSupportedError
 from oocarr.ops.tsqr import panel_rows, real_float_dtype
 
@@ -89,7 +89,7 @@ class TSQRQ(CustomOp):
             )
         return (m, n)
 
-    def result_dtype(self, *inputs: jax.ShapeDtypeStruct) -> np.dtype:
+    def result_dtype(self, *inputs: jax.ShapeDtypeStruct | Reader) -> np.dtype:
         return real_float_dtype(inputs[0].dtype)
 
     def min_tile_elems(self) -> int:
@@ -110,7 +110,9 @@ class TSQRQ(CustomOp):
         least = min(self.output_shape[0], 2 * n)
         itemsize = real_float_dtype(run.inputs[0].dtype).itemsize
         rows = min(panel_rows(self._room(run), n, itemsize, least), m)
-        regions = [(slice(a, min(a + rows, m)), slice(0, n)) for a in range(0, m, rows)]
+        regions: list[Region] = [
+            (slice(a, min(a + rows, m)), slice(0, n)) for a in range(0, m, rows)
+        ]
         return regions, (rows, n)
 
     def _room(self, run: Run) -> int:
@@ -225,11 +227,11 @@ class TSQRQ(CustomOp):
         n = self.output_shape[1]
         whole = (slice(0, n), slice(0, n))
         ((_, (r, w)),) = list(run.stream([whole], [run.inputs[1], run.inputs[2]]))
-        dtype = np.dtype(run.out.dtype)
+        dtype = np.dtype(forward_output(run).dtype)
         regions, tile = self._panels(run, self.output_shape[0])
         gram = run.jit(self._gram)
         p = jnp.zeros((n, n), dtype)
-        for _, (g, y) in run.stream(regions, [run.g, run.out]):
+        for _, (g, y) in run.stream(regions, [cotangent(run), forward_output(run)]):
             p = gram(p, run.pad(np.asarray(g, dtype), tile), run.pad(np.asarray(y, dtype), tile))
         factors = run.jit(self._grad_factors)(p, np.asarray(r, dtype), np.asarray(w, dtype))
         left, right, wbar = (run.put(np.asarray(f)) for f in factors)
@@ -237,7 +239,7 @@ class TSQRQ(CustomOp):
         if not run.wants_grad(0):
             return
         grad_panel = run.jit(self._grad_panel)
-        for region, (g, y) in run.stream(regions, [run.g, run.out]):
+        for region, (g, y) in run.stream(regions, [cotangent(run), forward_output(run)]):
             out = grad_panel(
                 run.pad(np.asarray(g, dtype), tile),
                 run.pad(np.asarray(y, dtype), tile),

@@ -32,7 +32,7 @@ import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, NoReturn, overload
 
 import numpy as np
 
@@ -134,6 +134,9 @@ class BlockedArray(abc.ABC):
     # A view made by with_pages shares the instance __dict__ (handles, pending
     # state) with its parent and keeps only its page shape in this slot.
     __slots__ = ("_view_pages", "__dict__", "__weakref__")
+    _view_pages: tuple[int, ...] | None
+    #: The writer lock a store opened for writing holds (:mod:`oocarr.store.locks`).
+    _writer_lock: locks.WriterLock | None
 
     #: Entry-point name of the driver.
     name: ClassVar[str] = ""
@@ -313,6 +316,16 @@ class BlockedArray(abc.ABC):
 
     def _write_dimension_names(self, names: tuple[str | None, ...]) -> None:
         """Store the axis names where the format has a place for them (default: nowhere)."""
+
+    def _read_native_attrs(self) -> dict[str, Any]:
+        """The stored attrs with the types the format keeps them in (NumPy scalars and arrays,
+        as netCDF readers give them); default: :meth:`_read_attrs`."""
+        return self._read_attrs()
+
+    def _read_masked_fill_value(self) -> Any:
+        """The storage's fill value where the format takes it to mark missing elements (Zarr
+        v2's ``fill_value``, which xarray reads as ``_FillValue``), else ``None`` (default)."""
+        return None
 
     # ------------------------------------------------------------------
     # Opening and creating (derived)
@@ -597,6 +610,33 @@ class BlockedArray(abc.ABC):
             return None
         return tuple(names)
 
+    @property
+    def native_attrs(self) -> dict[str, Any]:
+        """The attributes with the types the format stores them in: NumPy scalars and arrays
+        for HDF5 (a netCDF ``scale_factor`` stays ``float32``), JSON values for Zarr.
+        :attr:`attrs` gives them all as JSON values.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarr
+        >>> oocarr.from_numpy(np.zeros(2)).store.native_attrs
+        {}
+        """
+        return self._read_native_attrs()
+
+    @property
+    def masked_fill_value(self) -> Any:
+        """The storage's fill value where the format takes it to mark missing elements (Zarr
+        v2's ``fill_value``, as xarray reads it), else ``None``.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarr
+        >>> oocarr.from_numpy(np.zeros(2)).store.masked_fill_value is None
+        True
+        """
+        return self._read_masked_fill_value()
+
     def set_dimension_names(self, names: Sequence[str | None] | None) -> None:
         """Record the name of each axis where the format has a place for them (ignored by
         formats that have none, such as ``.npy``).
@@ -793,7 +833,7 @@ class BlockedArray(abc.ABC):
         (array([[3., 4., 5.]]), False)
         """
         region = check_region(region, self._shape, self.url)
-        wanted = mapped and math.prod(pages.region_shape(region))
+        wanted = mapped and math.prod(pages.region_shape(region)) != 0
         view = self._view(region) if wanted else None
         if view is None:
             buffer = None if empty is None else empty(pages.region_shape(region), self._dtype)
@@ -889,7 +929,7 @@ class BlockedArray(abc.ABC):
             with transport_failures("writing", self.url):
                 self._write(region, np.asarray(value, dtype=self._dtype, order="C"))
 
-    def _check_cast(self, dtype: np.dtype, casting: str) -> None:
+    def _check_cast(self, dtype: np.dtype, casting: Literal["safe", "same_kind"]) -> None:
         if dtype != self._dtype and not np.can_cast(dtype, self._dtype, casting=casting):
             raise DtypeMismatchError(
                 f"cannot store {dtype} values in {self.url}, which holds {self._dtype}, "
@@ -1039,14 +1079,14 @@ class BlockedArray(abc.ABC):
     def __enter__(self) -> BlockedArray:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc_type is not None and self._pending:
             self.abort()
             self._release()
         else:
             self.close()
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         if self._pending:
             raise OocarrError(
                 f"{self.url} is still being created; commit() or close() it before sending "
@@ -1174,6 +1214,32 @@ class BlockedArray(abc.ABC):
         )
 
     @classmethod
+    def group_attrs(
+        cls,
+        container: str,
+        inner: str = "",
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """The attributes of the group ``inner`` of ``container`` (its root when ``inner`` is
+        ``""``), with the types the format stores them in (as :attr:`native_attrs`).
+
+        Default: ``{}`` (a format without groups, or without group attributes).
+
+        Raises
+        ------
+        NotFoundError
+            Where a driver reads groups: the container or the group does not exist.
+
+        Examples
+        --------
+        >>> import tempfile
+        >>> from oocarr.store.registry import get_driver
+        >>> get_driver("memmap").group_attrs(tempfile.mkdtemp())
+        {}
+        """
+        return {}
+
+    @classmethod
     def member_url(cls, container: str, inner: str, name: str) -> str:
         """The URL of the array called ``name`` in the container at ``container#inner``.
 
@@ -1257,6 +1323,10 @@ def _register_exit_hook() -> None:
         _exit_hook_pid = os.getpid()
 
 
+@overload
+def require_exists(found: Literal[False], locator: Locator, what: str = ...) -> NoReturn: ...
+@overload
+def require_exists(found: bool, locator: Locator, what: str = ...) -> None: ...
 def require_exists(found: bool, locator: Locator, what: str = "array") -> None:
     """Raise :class:`NotFoundError` naming the URL when ``found`` is false (driver helper)."""
     if not found:

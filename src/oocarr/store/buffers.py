@@ -80,7 +80,7 @@ class _Lease:
     def __init__(self, raw: np.ndarray, address: int, pool: weakref.ref) -> None:
         self._raw = raw
         self._pool = pool
-        self.__array_interface__ = {
+        self.__array_interface__: dict[str, Any] = {
             "shape": (raw.nbytes,),
             "typestr": "|u1",
             "data": (address, False),

@@ -8,7 +8,7 @@ from typing import Any
 
 from oocarr.errors import UnsupportedCompressionError
 
-__all__ = ["Compression", "parse_compression"]
+__all__ = ["Compression", "CompressionSpec", "parse_compression"]
 
 
 @dataclass(frozen=True)
@@ -28,8 +28,13 @@ class Compression:
         return self.name if self.level is None else f"{self.name}:{self.level}"
 
 
+#: What ``compression=`` takes: ``"gzip"``, ``"gzip:6"``, ``("gzip", 6)``,
+#: ``{"name": "gzip", "level": 6}``, a :class:`Compression`, or ``None``/``"none"``.
+CompressionSpec = str | tuple[str, int | None] | Mapping[str, Any] | Compression | None
+
+
 def parse_compression(
-    spec: Any, supported: Iterable[str], *, url: str | None = None
+    spec: CompressionSpec, supported: Iterable[str], *, url: str | None = None
 ) -> Compression | None:
     """Parse a compression spec.
 
@@ -60,6 +65,8 @@ def parse_compression(
     if spec is None or spec == "none":
         return None
     supported = sorted(supported)
+    name: Any
+    level: Any
     if isinstance(spec, Compression):
         name, level = spec.name, spec.level
     elif isinstance(spec, str):

@@ -33,7 +33,7 @@ import re
 import shutil
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from oocarr.errors import StorageBusyError
@@ -501,7 +501,7 @@ def sweep_temporaries(path: str) -> list[str]:
     return removed
 
 
-def _sweep_dir(directory: str, belongs) -> list[str]:
+def _sweep_dir(directory: str, belongs: Callable[[str], bool]) -> list[str]:
     try:
         names = os.listdir(directory)
     except OSError:

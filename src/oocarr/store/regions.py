@@ -72,7 +72,9 @@ def parse_key(key: Any, shape: Sequence[int]) -> Selection:
             f"too many indices: array is {len(shape)}-dimensional, but {len(key)} were indexed"
         )
     key = key + (slice(None),) * (len(shape) - len(key))
-    bounds, post, out_shape = [], [], []
+    bounds: list[slice] = []
+    post: list[Any] = []
+    out_shape: list[int] = []
     for axis, (k, n) in enumerate(zip(key, shape)):
         if isinstance(k, slice):
             start, stop, step = k.indices(n)

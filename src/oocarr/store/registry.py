@@ -241,7 +241,7 @@ def _loading(name: str) -> Iterator[None]:
 def _import(name: str, target: str) -> Any:
     module, _, attr = target.partition(":")
     with _loading(name):
-        obj = importlib.import_module(module)
+        obj: Any = importlib.import_module(module)
     for part in attr.split(".") if attr else ():
         obj = getattr(obj, part, None)
     if not attr or obj is None:

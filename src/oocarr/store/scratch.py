@@ -320,7 +320,7 @@ def release(locator: Any) -> None:
     with _enter_lock:
         directory = _live.pop(locator, None)
         idle = directory is not None and directory not in _live.values()
-        if idle and directory not in _pinned:
+        if idle and directory is not None and directory not in _pinned:
             _drop_markers([directory])
 
 

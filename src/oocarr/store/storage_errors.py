@@ -65,7 +65,7 @@ _NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
 _ERRNO = re.compile(r"errno = (\d+)")
 
 
-def storage_error(action: str, url: str, err: Exception) -> OocarrError:
+def storage_error(action: str, url: str, err: BaseException) -> OocarrError:
     """The oocarr error for an ``OSError`` raised while ``action`` (e.g. ``"writing"``) ``url``
     (or a library's error whose text carries ``errno = N``, as HDF5's do).
 

@@ -57,7 +57,7 @@ from hypothesis import strategies as st
 import oocarr
 from oocarr import errors
 
-from .blocked import BlockedArray
+from .blocked import BlockedArray, jsonable_attrs
 from .dtypes import as_dtype
 from .locator import Locator
 from .registry import get_driver
@@ -102,7 +102,7 @@ BUILT_IN_TARGETS: dict[str, Callable[[pathlib.Path, str], str]] = {
 _NAMES = itertools.count()
 
 
-def _sample(shape, dtype="float32", seed=0) -> np.ndarray:
+def _sample(shape: tuple[int, ...], dtype: Any = "float32", seed: int = 0) -> np.ndarray:
     """Distinct, reproducible values of any supported dtype."""
     rng = np.random.default_rng(seed)
     dtype = as_dtype(dtype)
@@ -120,15 +120,15 @@ def _sample(shape, dtype="float32", seed=0) -> np.ndarray:
     return values.astype(dtype).reshape(shape)
 
 
-def _chunks_for(shape):
+def _chunks_for(shape: tuple[int, ...]) -> tuple[int, ...] | None:
     return tuple(max(1, -(-s // 2)) for s in shape) if shape else None
 
 
-def _misaligned_pages(shape):
+def _misaligned_pages(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(max(1, s // 3 + 1) for s in shape)
 
 
-def _same(a, b):
+def _same(a: np.ndarray, b: np.ndarray) -> None:
     a, b = np.asarray(a), np.asarray(b)
     assert a.shape == b.shape and a.dtype == b.dtype, (a.shape, a.dtype, b.shape, b.dtype)
     assert a.tobytes() == b.tobytes()
@@ -138,7 +138,7 @@ def _tree_digest(root: pathlib.Path) -> dict[str, bytes]:
     return {str(p): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def _child_read(store):
+def _child_read(store: BlockedArray) -> tuple[np.ndarray, tuple[int, ...]]:
     return store.read_region(), store.page_shape
 
 
@@ -251,7 +251,14 @@ class DriverTests:
         """A URL no other array of the test session has."""
         return self.make_url(self.directory, f"{name}{next(_NAMES)}")
 
-    def store(self, data: np.ndarray, *, chunks=None, attrs=None, mode: str = "r+") -> BlockedArray:
+    def store(
+        self,
+        data: np.ndarray,
+        *,
+        chunks: tuple[int, ...] | None = None,
+        attrs: dict[str, Any] | None = None,
+        mode: str = "r+",
+    ) -> BlockedArray:
         """Store ``data`` in this configuration and return it open in ``mode``."""
         url = self.url()
         writer = type(self).native_writer
@@ -284,7 +291,7 @@ class DriverTests:
 
     # -- the tests -----------------------------------------------------------
     @pytest.mark.parametrize("shape", SHAPES, ids=str)
-    def test_every_block_round_trips(self, shape):
+    def test_every_block_round_trips(self, shape: tuple[int, ...]) -> None:
         data = _sample(shape)
         store = self.store(data, chunks=_chunks_for(shape))
         assert store.shape == shape and store.dtype == np.float32
@@ -306,7 +313,7 @@ class DriverTests:
         _same(oocarr.to_numpy(reopened), new)
 
     @pytest.mark.parametrize("dtype", DTYPES)
-    def test_dtypes_round_trip_bit_exact(self, dtype):
+    def test_dtypes_round_trip_bit_exact(self, dtype: str) -> None:
         data = _sample((6, 5), dtype)
         if not self.supports(dtype):
             with pytest.raises(errors.UnsupportedDtypeError, match=dtype):
@@ -318,7 +325,7 @@ class DriverTests:
         reopened = oocarr.open(store.locator).store
         _same(reopened.with_pages((5, 2)).read_block((1, 2)), data[5:, 4:])
 
-    def test_attrs_round_trip(self):
+    def test_attrs_round_trip(self) -> None:
         self._require_attrs()
         attrs = {
             "units": "m/s",
@@ -336,8 +343,19 @@ class DriverTests:
         assert oocarr.open(store.locator).store.attrs == {**attrs, "n": 4}
         json.dumps(store.info())
 
+    def test_native_attrs_hold_what_attrs_hold(self) -> None:
+        """``native_attrs`` are the same attributes in the format's own types."""
+        self._require_attrs()
+        attrs = {"units": "K", "scale_factor": 0.5, "valid_range": [0, 9], "meta": {"a": 1}}
+        store = self.store(np.arange(4.0))
+        store.set_attrs(attrs)
+        store.flush()
+        native = oocarr.open(store.locator).store.native_attrs
+        assert jsonable_attrs(native) == attrs
+        assert store.masked_fill_value is None or np.ndim(store.masked_fill_value) == 0
+
     @pytest.mark.parametrize("method", ["spawn", "fork"])
-    def test_pickles_by_locator_into_a_child_process(self, method):
+    def test_pickles_by_locator_into_a_child_process(self, method: str) -> None:
         if not self.cross_process:
             pytest.skip(f"{type(self).__name__}'s arrays live in one process's memory")
         data = _sample((9, 4))
@@ -349,12 +367,12 @@ class DriverTests:
         _same(values, data)
         assert pages == (2, 3)
 
-    def test_concurrent_reads_from_two_threads(self):
+    def test_concurrent_reads_from_two_threads(self) -> None:
         data = _sample((40, 6))
         store = self.store(data, chunks=(7, 6), mode="r").with_pages((5, 6))
-        failures = []
+        failures: list[Any] = []
 
-        def reader(order):
+        def reader(order: list[tuple[int, ...]]) -> None:
             try:
                 for _ in range(3):
                     for idx in order:
@@ -372,7 +390,7 @@ class DriverTests:
         assert failures == []
 
     @pytest.mark.parametrize("key", KEYS, ids=str)
-    def test_numpy_indexing_matches_numpy(self, key):
+    def test_numpy_indexing_matches_numpy(self, key: Any) -> None:
         data = _sample((10, 6))
         store = self.store(data, chunks=(4, 4))
         _same(store[key], data[key])
@@ -382,7 +400,7 @@ class DriverTests:
         store[key] = value
         _same(store[:], expected)
 
-    def test_read_into_a_caller_buffer(self):
+    def test_read_into_a_caller_buffer(self) -> None:
         data = _sample((8, 5))
         store = self.store(data, chunks=(3, 5))
         out = np.full((4, 3), -1, dtype=np.float32)
@@ -393,7 +411,7 @@ class DriverTests:
         with pytest.raises(errors.DtypeMismatchError):
             store.read_region((slice(0, 4), slice(0, 3)), out=out.astype(np.float64))
 
-    def test_bad_writes_are_refused_and_change_nothing(self):
+    def test_bad_writes_are_refused_and_change_nothing(self) -> None:
         data = _sample((6, 4))
         store = self.store(data, chunks=(3, 4)).with_pages((3, 4))
         with pytest.raises(errors.ShapeMismatchError, match="shape"):
@@ -410,7 +428,7 @@ class DriverTests:
             store.read_block((2, 0))
         _same(store[:], data)
 
-    def test_read_only_refuses_writes(self):
+    def test_read_only_refuses_writes(self) -> None:
         data = _sample((5, 3))
         store = self.store(data, mode="r")
         before = _tree_digest(self.directory)
@@ -425,7 +443,7 @@ class DriverTests:
         store.close()
         assert _tree_digest(self.directory) == before
 
-    def test_create_over_existing_needs_overwrite(self):
+    def test_create_over_existing_needs_overwrite(self) -> None:
         self._require_create()
         url = self.url()
         data = _sample((4, 4))
@@ -445,7 +463,7 @@ class DriverTests:
         replaced = oocarr.save(-data, url, overwrite=True, **kwargs)
         _same(oocarr.to_numpy(replaced), -data)
 
-    def test_a_failed_create_leaves_nothing(self):
+    def test_a_failed_create_leaves_nothing(self) -> None:
         self._require_create()
         url = self.url()
         kwargs = dict(self.create_kwargs)
@@ -462,12 +480,12 @@ class DriverTests:
         pending.close()
         _same(oocarr.open(pending.store.locator).store[:], np.array([4, 5, 6], np.int16))
 
-    def test_missing_array_is_not_found(self):
+    def test_missing_array_is_not_found(self) -> None:
         with pytest.raises(errors.NotFoundError) as info:
             oocarr.open(self.url("missing"), **self.open_kwargs(3, "f4"))
         assert "missing" in str(info.value)
 
-    def test_info_is_json_and_describes_the_array(self):
+    def test_info_is_json_and_describes_the_array(self) -> None:
         data = _sample((9, 4), "int16")
         store = self.store(data, chunks=(4, 4))
         info = json.loads(json.dumps(store.info()))
@@ -477,7 +495,7 @@ class DriverTests:
         assert Locator.from_dict(info["locator"]).driver == store.name
         assert info["stored_nbytes"] is None or info["stored_nbytes"] > 0
 
-    def test_save_copies_between_drivers(self, copy_target):
+    def test_save_copies_between_drivers(self, copy_target: str) -> None:
         target_dir = self.directory / "dst"
         target_dir.mkdir(exist_ok=True)
         target = self.copy_targets[copy_target](target_dir, f"a{next(_NAMES)}")
@@ -492,7 +510,7 @@ class DriverTests:
 
     @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
     @given(data=st.data())
-    def test_property_regions_match_numpy(self, data):
+    def test_property_regions_match_numpy(self, data: st.DataObject) -> None:
         if self.slow_storage:
             pytest.skip("slow storage: covered by the fixed-shape tests")
         ndim = data.draw(st.integers(1, 3), label="ndim")

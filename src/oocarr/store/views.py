@@ -9,6 +9,7 @@ other processes and works as a JAX type like any other array.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,7 @@ import numpy as np
 from oocarr.errors import InvalidArgumentError, InvalidUrlError
 
 from .blocked import BlockedArray
+from .compression import Compression
 from .locator import Locator
 from .regions import parse_key
 
@@ -54,7 +56,7 @@ def key_region(key: Any, shape: tuple[int, ...]) -> list[list | None]:
     return region + list(axes)
 
 
-def _strided_region(keys: tuple, shape: tuple[int, ...]) -> list[list]:
+def _strided_region(keys: tuple, shape: tuple[int, ...]) -> list[list | None]:
     """:func:`key_region` of a key (no ``None``) with a slice of a step other than 1."""
     unit = tuple(slice(None) if isinstance(k, slice) else k for k in keys)
     region = key_region(unit, shape)  # integers, the ellipsis and the axes' order checked
@@ -118,17 +120,17 @@ class RegionView(BlockedArray):
             for r in region
             if r is None or r[2]
         )
-        chunks = None
+        chunks: tuple[int, ...] | None = None
         if base.chunks is not None:
             base_chunks = iter(base.chunks)
-            chunks = []
+            kept: list[int] = []
             for r in region:
                 c = 1 if r is None else next(base_chunks)
                 if r is not None and len(r) > 3:
                     c = max(1, c // abs(r[3]))
                 if r is None or r[2]:
-                    chunks.append(c)
-            chunks = tuple(chunks)
+                    kept.append(c)
+            chunks = tuple(kept)
         super().__init__(locator, shape, base.dtype, chunks, mode=mode)
 
     @classmethod
@@ -151,7 +153,16 @@ class RegionView(BlockedArray):
         return cls(locator, base, locator.driver_kwargs["region"], mode)
 
     @classmethod
-    def _create(cls, locator, shape, dtype, chunks, compression, attrs, overwrite):
+    def _create(
+        cls,
+        locator: Locator,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        chunks: tuple[int, ...] | None,
+        compression: Compression | None,
+        attrs: dict[str, Any],
+        overwrite: bool,
+    ) -> BlockedArray:
         raise InvalidArgumentError(
             "a view cannot be created; create the base array and slice it", url=str(locator)
         )
@@ -192,7 +203,7 @@ class RegionView(BlockedArray):
         element, from its end for a negative step."""
         return tuple(slice(None, None, step) for step in self._steps)
 
-    def read_overhead(self, shape: tuple[int, ...]) -> int:
+    def read_overhead(self, shape: Sequence[int]) -> int:
         """A strided view reads the range covering a region whole before taking every
         ``step``-th element: those bytes, and the base's own overhead for them."""
         if not self._strided:
@@ -200,7 +211,7 @@ class RegionView(BlockedArray):
         covering = self._base_shape_of(shape)
         return int(np.prod(covering)) * self.dtype.itemsize + self._base.read_overhead(covering)
 
-    def _base_shape_of(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+    def _base_shape_of(self, shape: Sequence[int]) -> tuple[int, ...]:
         return self._base_shape(tuple(slice(0, n) for n in shape))
 
     def _base_shape(self, region: tuple[slice, ...]) -> tuple[int, ...]:

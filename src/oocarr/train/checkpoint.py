@@ -218,10 +218,10 @@ class _Encoder:
             }
         if isinstance(node, (list, tuple)):
             fields = getattr(type(node), "_fields", None) if isinstance(node, tuple) else None
-            parts = _member_names(list(fields)) if fields is not None else range(len(node))
+            members = _member_names(list(fields)) if fields is not None else range(len(node))
             items = [
                 self.encode(v, f"{name}/{p}", f"{where}[{i}]")
-                for i, (v, p) in enumerate(zip(node, parts))
+                for i, (v, p) in enumerate(zip(node, members))
             ]
             if fields is not None:
                 cls = type(node)
@@ -238,6 +238,7 @@ class _Encoder:
         )
 
     def _leaf(self, node: Any, name: str, where: str) -> dict[str, Any]:
+        value: BlockedArray | np.ndarray
         if isinstance(node, DiskArray):
             kind, value = "disk", node.store
         elif isinstance(node, BlockedArray):
@@ -351,10 +352,11 @@ def _write_leaf(
     """Store one leaf, as raw bits of the same width when the driver refuses its dtype."""
     dtype = np.dtype(value.dtype)
     targets = [dtype]
-    if not isinstance(value, BlockedArray) and _bits(dtype) is not None:
-        targets = [dtype, _bits(dtype)] if root.cls.supports_dtype(dtype) else [_bits(dtype)]
+    bits = _bits(dtype)
+    if not isinstance(value, BlockedArray) and bits is not None:
+        targets = [dtype, bits] if root.cls.supports_dtype(dtype) else [bits]
     for target in targets:
-        data = value if target == dtype else value.view(target)
+        data = value if target == dtype or isinstance(value, BlockedArray) else value.view(target)
         try:
             _write_member(root, slot, data, target, compression, leaf, used)
         except UnsupportedDtypeError:

@@ -16,7 +16,7 @@ so XLA runs the callback after whatever wrote them.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol, cast
 
 import jax
 import jax.numpy as jnp
@@ -58,9 +58,18 @@ def _output_kind(fn: Callable[..., Any], params: Any, sources: Sequence[Source])
     return shape == (n,), np.dtype(out.dtype)
 
 
+class StreamSumFunction(Protocol):
+    """What :func:`stream_sum` returns: the sum as a function of the parameters and arrays,
+    with its ``tasks`` (the call as row tasks)."""
+
+    tasks: Callable[..., RowPlan]
+
+    def __call__(self, params: Any, *arrays: Any, weights: Any = None) -> jax.Array: ...
+
+
 def stream_sum(
     fn: Callable[..., Any], *, mean: bool = False, tile_rows: int | None = None
-) -> Callable[..., jax.Array]:
+) -> StreamSumFunction:
     """Sum a per-tile loss over the row tiles of stored arrays, with its gradient in one pass.
 
     Parameters
@@ -175,10 +184,12 @@ def stream_sum(
         wanted = tuple(jnp.issubdtype(a.dtype, jnp.inexact) for a in spec.leaf_avals)
         return row_plan(spec, wanted if grad else None, [*leaves, *dynamic])
 
-    g.tasks = tasks
+    # a function's attributes cannot be declared: ``summed`` is ``g``, which gets its ``tasks``
+    summed = cast(StreamSumFunction, g)
+    summed.tasks = tasks
 
     g.__doc__ = f"The sum of {getattr(fn, '__name__', 'fn')} over row tiles (oocarr.stream_sum)."
-    return g
+    return summed
 
 
 def _check_rows(sources: Sequence[Source], weighted: bool) -> None:

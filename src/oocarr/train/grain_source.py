@@ -43,9 +43,15 @@ class _Rows:
     def __init__(self, value: Any) -> None:
         if isinstance(value, DiskArray):
             value = value.store
-        self.store = value if isinstance(value, BlockedArray) else None
-        self.array = None if self.store is not None else np.asarray(value)
-        held = self.store if self.store is not None else self.array
+        held: BlockedArray | np.ndarray
+        self.store: BlockedArray | None
+        self.array: np.ndarray | None
+        if isinstance(value, BlockedArray):
+            self.store, self.array = value, None
+            held = value
+        else:
+            self.store, self.array = None, np.asarray(value)
+            held = self.array
         if not held.shape:
             raise InvalidArgumentError("GrainSource: a 0-d array has no rows")
         self.shape = tuple(held.shape)
@@ -57,8 +63,10 @@ class _Rows:
         self._lock = threading.Lock()
 
     def row(self, index: int) -> np.ndarray:
-        if self.store is None:
+        if self.array is not None:  # in memory (exactly one of store and array is set)
             return self.array[index]
+        store = self.store
+        assert store is not None
         with self._lock:
             block, sequential = self._block, index == self._last + 1
             self._last = index
@@ -66,18 +74,18 @@ class _Rows:
                 return block[1][index - block[0]].copy()
             if not sequential:  # one row: a driver reads only its bytes where it can
                 region = (slice(index, index + 1), *(slice(0, n) for n in self.shape[1:]))
-                return self.store.read_region(region)[0]
+                return store.read_region(region)[0]
             start = index - index % self.block_rows
             stop = min(start + self.block_rows, self.shape[0])
             region = (slice(start, stop), *(slice(0, n) for n in self.shape[1:]))
-            block = self._block = (start, self.store.read_region(region))
+            block = self._block = (start, store.read_region(region))
             return block[1][index - block[0]].copy()
 
     def __getstate__(self) -> dict[str, Any]:
         return {"store": self.store, "array": self.array}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["store"] if state["store"] is not None else state["array"])
+        type(self).__init__(self, state["store"] if state["store"] is not None else state["array"])
 
 
 class GrainSource:

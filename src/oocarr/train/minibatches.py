@@ -29,7 +29,7 @@ import weakref
 from collections.abc import Generator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import jax
 import numpy as np
@@ -48,7 +48,7 @@ from oocarr.engine.plan import (
 )
 from oocarr.engine.stats import IOCounts, call_site, record
 from oocarr.errors import InvalidArgumentError, ShapeMismatchError
-from oocarr.jaxlayer.disk_array import DiskArray
+from oocarr.jaxlayer.disk_array import AnyArray, DiskArray
 from oocarr.store.blocked import BlockedArray
 from oocarr.store.buffers import BufferPool, aligned_empty
 from oocarr.store.pages import DEFAULT_CHUNK_BYTES, DEFAULT_PAGE_BYTES
@@ -117,6 +117,19 @@ class EpochStats:
     bytes_read: int = 0
 
 
+class BatchesPlan(TypedDict):
+    """What :meth:`Batches.plan` returns."""
+
+    #: Rows per block read.
+    block_rows: int
+    #: Rows of the shuffle buffer.
+    buffer_rows: int
+    #: Bytes resident at once.
+    resident_bytes: int
+    #: Those bytes by what holds them.
+    resident: dict[str, int]
+
+
 @dataclass(frozen=True)
 class _Plan:
     """Rows per block read, rows of shuffle buffer, and the bytes they and the batches take;
@@ -139,10 +152,7 @@ class _Source:
         if isinstance(value, DiskArray):
             value = value.store
         self.store: BlockedArray | None = value if isinstance(value, BlockedArray) else None
-        self.array: np.ndarray | None = None
-        if self.store is None:
-            self.array = np.asarray(value)
-        held = self.store if self.store is not None else self.array
+        held = self.store if self.store is not None else np.asarray(value)
         self.shape = tuple(held.shape)
         self.dtype = np.dtype(held.dtype)
         where = self.store.url if self.store is not None else f"in-memory {type(value).__name__}"
@@ -155,20 +165,22 @@ class _Source:
         self.row_bytes = math.prod(self.row_shape) * self.dtype.itemsize
         chunks = self.store.chunks if self.store is not None else None
         self.chunk_rows = int(chunks[0]) if chunks else None
-        self._paged: BlockedArray | None = None
+        # what rows are read from: the in-memory array, or the store (paged by ``pages``)
+        self._rows: BlockedArray | np.ndarray = held
 
     def pages(self, block_rows: int) -> None:
         """Tell the store the block shape it will be read in (it sizes its caches from it)."""
         if self.store is not None:
-            self._paged = self.store.with_pages((max(1, block_rows), *self.row_shape))
+            self._rows = self.store.with_pages((max(1, block_rows), *self.row_shape))
 
     def read(self, start: int, stop: int, out: np.ndarray, counts: IOCounts) -> None:
         """Fill ``out`` with rows ``start:stop``."""
-        if self.store is None:
-            np.copyto(out, self.array[start:stop])
+        rows = self._rows
+        if isinstance(rows, np.ndarray):  # in memory
+            np.copyto(out, rows[start:stop])
             return
         region = (slice(start, stop), *(slice(0, n) for n in self.row_shape))
-        (self._paged or self.store).read_region(region, out=out)
+        rows.read_region(region, out=out)
         counts.count_read(out.nbytes)
 
 
@@ -364,7 +376,8 @@ def _read_batches(
         # mapped directly (from 1 MiB): unmapped when the epoch ends, not left in the heap
         return [aligned_empty((n, *s.row_shape), s.dtype) for s in sources]
 
-    # While replaying, the buffers hold row numbers (``ids``) and no data.
+    # While replaying, the buffers hold row numbers (``ids``, and ``id_stage`` of the staging
+    # blocks) and no data: those are set exactly while ``replaying``.
     replaying = skip > 0
     ids = np.empty(cap, np.int64) if replaying else None
     id_stage = [np.empty(staged_rows, np.int64) if replaying else None for _ in "ab"]
@@ -399,6 +412,7 @@ def _read_batches(
         staged_block[other] = -1
         if next_block < len(starts):
             staged_block[other] = next_block
+            assert reading is not None  # staging blocks are read ahead only with staged_rows
             ahead = reading.submit(read_block, next_block, staging[other], 0, id_stage[other])
             next_block += 1
 
@@ -406,6 +420,8 @@ def _read_batches(
         nonlocal staged, taken, current
         if ahead is None:
             read_ahead()
+        # the callers check that a block is being read or is left to read
+        assert ahead is not None
         staged, taken = ahead.result(), 0
         current = 1 - current
         read_ahead()
@@ -413,6 +429,7 @@ def _read_batches(
     def resume() -> None:
         """Read the data of every row the replay left in the buffers."""
         nonlocal buffers, staging, replaying, ids
+        assert ids is not None  # replaying
         if ahead is not None:
             ahead.result()
         buffers = data(cap)
@@ -432,7 +449,7 @@ def _read_batches(
                 first = starts[order[next_block]]
                 last = min(first + size, rows)
                 if begin + count + (last - first) > cap:  # in order: move the rest to the front
-                    for buf in (*buffers, *([ids] if replaying else [])):
+                    for buf in (*buffers, *([ids] if ids is not None else [])):
                         buf[:count] = buf[begin : begin + count]
                     begin = 0
                 count += read_block(next_block, buffers, begin + count, ids if replaying else None)
@@ -449,8 +466,9 @@ def _read_batches(
                 return
             if replaying and drawn == skip:
                 resume()
-            held = [*buffers, *([ids] if replaying else [])]
-            stages = [*staging[current], *([id_stage[current]] if replaying else [])]
+            held = [*buffers, *([ids] if ids is not None else [])]
+            stage_ids = id_stage[current]
+            stages = [*staging[current], *([stage_ids] if stage_ids is not None else [])]
             take = min(batch_size, count)
             batch = None
             if rng is None:
@@ -468,7 +486,11 @@ def _read_batches(
                         if ahead is None and next_block == len(starts):
                             break
                         next_staging()
-                        stages = [*staging[current], *([id_stage[current]] if replaying else [])]
+                        stage_ids = id_stage[current]
+                        stages = [
+                            *staging[current],
+                            *([stage_ids] if stage_ids is not None else []),
+                        ]
                     n = min(take - refill, staged - taken)
                     for buf, stage in zip(held, stages):
                         buf[picked[refill : refill + n]] = stage[taken : taken + n]
@@ -684,30 +706,33 @@ class Epoch:
         return self._put(batch)
 
     def _next_queued(self) -> Any:
-        if self._thread is None:
-            self._start()
+        reader, thread = self._reader, self._thread
+        if reader is None or thread is None:  # both set by _start
+            reader, thread = self._start()
         try:
-            return self._reader.queue.get_nowait()
+            return reader.queue.get_nowait()
         except queue.Empty:
             pass
         waited = time.perf_counter()
         while True:
             try:
-                item = self._reader.queue.get(timeout=_POLL_S)
+                item = reader.queue.get(timeout=_POLL_S)
                 break
             except queue.Empty:
-                if not self._thread.is_alive() and self._reader.queue.empty():
+                if not thread.is_alive() and reader.queue.empty():
                     return _END
         if self.stats.batches and isinstance(item, tuple):
             self.stats.waits += 1
             self.stats.wait_seconds += time.perf_counter() - waited
         return item
 
-    def _start(self) -> None:
-        self._reader = _Reader(self._batches, self._stop, self._prefetch, self._put)
-        self._thread = threading.Thread(target=self._reader.run, name="oocarr-batches", daemon=True)
-        self._thread.start()
-        self._finalizer = weakref.finalize(self, _stop_reader, self._reader, self._thread)
+    def _start(self) -> tuple[_Reader, threading.Thread]:
+        reader = _Reader(self._batches, self._stop, self._prefetch, self._put)
+        thread = threading.Thread(target=reader.run, name="oocarr-batches", daemon=True)
+        self._reader, self._thread = reader, thread
+        thread.start()
+        self._finalizer = weakref.finalize(self, _stop_reader, reader, thread)
+        return reader, thread
 
     @property
     def ready(self) -> int:
@@ -812,7 +837,13 @@ class Batches:
             raise InvalidArgumentError(f"seed must be a non-negative int or None, got {seed!r}")
         self.shuffle = bool(shuffle)
         self.drop_last = bool(drop_last)
-        self.seed = np.random.SeedSequence().entropy if seed is None else seed
+        if seed is None:
+            entropy = np.random.SeedSequence().entropy
+            # drawn, it is an int (NumPy's stubs type the entropy one may pass in)
+            assert isinstance(entropy, int)
+            self.seed = entropy
+        else:
+            self.seed = seed
         self._sources = [_Source(a, i) for i, a in enumerate(arrays)]
         rows = self._sources[0].shape[0]
         for s in self._sources[1:]:
@@ -851,7 +882,7 @@ class Batches:
             return min(b - a for a, b in zip(self._bounds, self._bounds[1:])) // self.batch_size
         return -(-(self._hi - self._lo) // self.batch_size)
 
-    def plan(self) -> dict[str, int]:
+    def plan(self) -> BatchesPlan:
         """Rows per block read, rows of shuffle buffer and bytes resident, under the budget
         in force in this thread (what the next epoch will use).
 
@@ -885,12 +916,13 @@ class Batches:
         overhead = plan.projection.items[-1].total
         # the drivers' read buffers of the blocks planned come out of the shuffle buffer's room
         plan = _plan(*args, overhead) if overhead else plan
-        return plan if self._fixed is None else self._fixed_plan(plan, budget)
+        fixed = self._fixed
+        return plan if fixed is None else self._fixed_plan(plan, budget, fixed)
 
-    def _fixed_plan(self, plan: _Plan, budget: int) -> _Plan:
-        """The blocks and shuffle buffer of the state this loader resumed from (the shuffle
-        depends on them), checked against ``budget``."""
-        block, buffer_rows = self._fixed
+    def _fixed_plan(self, plan: _Plan, budget: int, fixed: tuple[int, int]) -> _Plan:
+        """The blocks and shuffle buffer of the state this loader resumed from (``fixed``: the
+        shuffle depends on them), checked against ``budget``."""
+        block, buffer_rows = fixed
         row_bytes = max(1, sum(s.row_bytes for s in self._sources))
         batch_bytes = min(self.batch_size, max(self._hi - self._lo, 1)) * row_bytes
         overhead = _read_overhead(self._sources, block)
@@ -1135,7 +1167,8 @@ def _shard_align(sources: list[_Source], rows: int, count: int) -> int:
     every = math.lcm(*chunks)
     if every * count <= rows:
         return every
-    heaviest = max((s for s in sources if s.chunk_rows), key=lambda s: s.row_bytes).chunk_rows
+    chunked = [(s.row_bytes, s.chunk_rows) for s in sources if s.chunk_rows]
+    _, heaviest = max(chunked, key=lambda c: c[0])
     return heaviest if heaviest * count <= rows else 1
 
 
@@ -1159,7 +1192,7 @@ def _positive(name: str, value: Any, *, zero: bool = False) -> int:
 
 
 def batches(
-    *arrays: Any,
+    *arrays: AnyArray | BlockedArray,
     batch_size: int,
     shuffle: bool = False,
     seed: int | None = None,
@@ -1168,8 +1201,8 @@ def batches(
     shuffle_buffer: int | None = None,
     state: Mapping[str, Any] | None = None,
     shard: tuple[int, int] | str | None = None,
-    device: Any = None,
-    sharding: Any = None,
+    device: jax.Device | None = None,
+    sharding: jax.sharding.Sharding | None = None,
 ) -> Batches:
     """Minibatches of stored (or in-memory) arrays, read ahead in a background thread.
 

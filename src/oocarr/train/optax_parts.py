@@ -112,7 +112,7 @@ def cells_of(*fns: Any) -> dict[str, Any]:
     >>> cells_of(outer(3))
     {'scale': 3}
     """
-    cells = {}
+    cells: dict[str, Any] = {}
     for fn in fns:
         names = getattr(getattr(fn, "__code__", None), "co_freevars", ())
         cells.update(zip(names, (c.cell_contents for c in (fn.__closure__ or ()))))

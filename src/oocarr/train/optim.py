@@ -300,6 +300,14 @@ class _Tiled(VJPHiPrimitive):
     ones are pending is fine), then whole values taken from the first tile.
     """
 
+    # the call's params, which the primitive reads as attributes
+    kernel: _Kernel
+    shape: tuple[int, ...]
+    in_types: tuple
+    n_tiled: int
+    out_types: tuple
+    n_stored: int
+
     def __init__(
         self,
         kernel: _Kernel,
@@ -320,7 +328,7 @@ class _Tiled(VJPHiPrimitive):
             "out_types": out_types,
             "n_stored": n_stored,
         }
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # jax's hijax is unannotated
         for aval in out_types[:n_stored]:
             check_writable(aval)
 
@@ -352,11 +360,11 @@ class _Tiled(VJPHiPrimitive):
                     if isinstance(source, BlockedArray):
                         source.close()
             markers = [marker() for _ in range(n_stored)]
-            whole_out = [
+            outputs = [
                 np.asarray(w, dtype=a.dtype).reshape(a.shape)
                 for w, a in zip(whole_out, out_types[n_stored:])
             ]
-            return (*markers, *whole_out)
+            return (*markers, *outputs)
 
         traced = is_traced(args)
         results = call(run, tuple(result_struct(a) for a in out_types), *args)
@@ -614,7 +622,10 @@ def blockwise(tx: Any) -> Any:
 
     def update_fn(updates: Any, state: BlockwiseState, params: Any = None) -> tuple:
         g_leaves, treedef = jax.tree.flatten(updates)
-        p_leaves = [None] * len(g_leaves) if params is None else treedef.flatten_up_to(params)
+        # jaxlib's PyTreeDef has no stub mypy resolves
+        p_leaves = (
+            [None] * len(g_leaves) if params is None else treedef.flatten_up_to(params)  # type: ignore[attr-defined]
+        )
         if len(state.per_leaf) != len(g_leaves):
             raise InvalidArgumentError(
                 f"the optimizer state has {len(state.per_leaf)} leaves but the gradients have "

@@ -144,23 +144,11 @@ def load_attrs(dset: h5py.Dataset) -> dict[str, Any]:
     ...     load_attrs(dset)
     {'meta': {'a': [1]}, 'scale': 0.5}
     """
-    attrs = dset.attrs
-    try:
-        marked = {str(n) for n in np.atleast_1d(attrs[JSON_ATTRS]).tolist()}
-    except Exception:
-        marked = set()
     out: dict[str, Any] = {}
-    for name in attrs:
-        if name == JSON_ATTRS or name in DIMENSION_ATTRS:
-            continue
-        try:
-            value = attrs[name]
-        except Exception as err:
-            out[name] = f"<unreadable HDF5 attribute: {err}>"
-            continue
+    for name, value, as_json in _stored_attrs(dset):
         if isinstance(value, h5py.Empty):
             value = None
-        elif name in marked and isinstance(value, (str, bytes)):
+        elif as_json and isinstance(value, (str, bytes)):
             try:
                 value = json.loads(value)
             except ValueError:
@@ -188,30 +176,38 @@ def load_native_attrs(obj: h5py.HLObject) -> dict[str, Any]:
     ...     load_native_attrs(f)
     {'scale_factor': np.float32(0.5), 'title': 'run', 'valid_range': array([0, 9], dtype=int16)}
     """
-    attrs = obj.attrs
-    try:
-        marked = {str(n) for n in np.atleast_1d(attrs[JSON_ATTRS]).tolist()}
-    except Exception:
-        marked = set()
     out: dict[str, Any] = {}
-    for name in attrs:
-        if name == JSON_ATTRS or name in DIMENSION_ATTRS:
-            continue
-        try:
-            value = attrs[name]
-        except Exception as err:
-            out[name] = f"<unreadable HDF5 attribute: {err}>"
-            continue
+    for name, value, as_json in _stored_attrs(obj):
         if isinstance(value, h5py.Empty):
             continue
         value = _native(value)
-        if name in marked and isinstance(value, str):
+        if as_json and isinstance(value, str):
             try:
                 value = json.loads(value)
             except ValueError:
                 pass
         out[name] = value
     return out
+
+
+def _stored_attrs(obj: h5py.HLObject) -> Iterator[tuple[str, Any, bool]]:
+    """Each attribute of ``obj`` but the bookkeeping of oocarr's JSON marker and of the
+    dimension-scale API: its name, its value (a message where it cannot be read), and whether
+    oocarr stored it as JSON text."""
+    attrs = obj.attrs
+    try:
+        marked = {str(n) for n in np.atleast_1d(attrs[JSON_ATTRS]).tolist()}
+    except Exception:
+        marked = set()
+    for name in attrs:
+        if name == JSON_ATTRS or name in DIMENSION_ATTRS:
+            continue
+        try:
+            value = attrs[name]
+        except Exception as err:
+            yield name, f"<unreadable HDF5 attribute: {err}>", False
+            continue
+        yield name, value, name in marked
 
 
 def _native(value: Any) -> Any:

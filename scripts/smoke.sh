@@ -2,7 +2,7 @@
 # The smoke run on another supported Python: `scripts/smoke.sh 3.12`.
 #
 # In a fresh virtual environment made with that Python: a plain (non-editable) install of
-# oocarr with its smoke extra, the installed-package check, every driver's conformance suite,
+# oocarr with its smoke extra, the installed-package check, each driver's conformance suite,
 # the CLI's tests and stream_sum's training tests, then scripts/train_hdf5.py on a small dataset.
 # scripts/test.sh runs the whole suite on Python 3.11 and this on 3.12 and 3.13.
 #
@@ -54,14 +54,17 @@ echo "smoke: $("$venv/bin/python" --version) in $venv"
 (cd "$work" && "$venv/bin/python" "$OLDPWD/scripts/check_install.py")
 
 # The tests import the installed oocarr: src/ is not on the path when pytest runs them here.
-# Every driver configuration's conformance suite but the unsharded one on S3 (the sharded one
-# covers S3), the CLI's tests, and stream_sum's gradients under jit on every driver.
+# The conformance suite once per driver and Zarr format (local .npy, chunked HDF5, Zarr v3 and
+# v2 on the local filesystem, sharded Zarr v3 on S3), the CLI's tests, and stream_sum's
+# gradients under jit on the local drivers.
+"$venv/bin/python" -m pytest -q -n 2 --no-header tests/test_conformance.py tests/test_cli.py \
+    -k "test_cli or TestMemmapNpy or TestHDF5Chunked or TestFsspecLocal or TestFsspecV2 \
+        or TestFsspecS3Sharded"
 "$venv/bin/python" -m pytest -q -n 2 --no-header \
-    tests/test_conformance.py tests/test_cli.py \
     tests/test_stream_sum.py::test_gradient_descent_reaches_the_least_squares_solution \
     tests/test_stream_sum.py::test_value_and_grad_reads_the_data_once \
     tests/test_stream_sum.py::test_value_and_grad_equal_the_in_memory_ones \
-    -k "not eager and (not TestFsspecS3 or TestFsspecS3Sharded)"
+    -k "not eager and not s3"
 
 "$venv/bin/python" scripts/train_hdf5.py --rows 60000 --features 16 --epochs 1 \
     --lbfgs-steps 3 --workdir "$work/train" | tail -n 3

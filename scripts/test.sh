@@ -8,6 +8,19 @@ cd "$(dirname "$0")/.."
 
 source scripts/venv.sh "[test]"
 
+# The smoke runs' virtual environments install in the background (mostly downloads) while
+# this one lints and tests; their tests run after the suite.
+SMOKE_VERSIONS="${OOCARR_SMOKE_PYTHONS-3.12 3.13}"
+SMOKE_DIR="$(mktemp -d -t oocarr-smoke-XXXXXX)"
+trap 'rm -rf "$SMOKE_DIR"' EXIT
+(
+    for version in $SMOKE_VERSIONS; do
+        scripts/smoke.sh --install-only "$version" "$SMOKE_DIR/$version" \
+            > "$SMOKE_DIR/install-$version.log" 2>&1
+    done
+) &
+SMOKE_INSTALL=$!
+
 echo "== lint"
 "$VENV/bin/ruff" check src drivers tests scripts
 "$VENV/bin/ruff" format --check src drivers tests scripts
@@ -26,7 +39,12 @@ rm -rf "$(dirname "$WHEEL_VENV")"
 echo "== test suite"
 "$VENV/bin/python" -m pytest -n 2 -q "$@"
 
-for version in ${OOCARR_SMOKE_PYTHONS-3.12 3.13}; do
+if ! wait "$SMOKE_INSTALL"; then
+    cat "$SMOKE_DIR"/install-*.log >&2
+    echo "the smoke runs' installs failed (above)" >&2
+    exit 1
+fi
+for version in $SMOKE_VERSIONS; do
     echo "== smoke run on Python $version"
-    scripts/smoke.sh "$version"
+    scripts/smoke.sh "$version" "$SMOKE_DIR/$version"
 done

@@ -277,7 +277,7 @@ UNARY_OPS = ["exp", "tanh", "square", "sigmoid", "softplus", "negative"]
 BINARY_OPS = ["add", "subtract", "multiply", "maximum", "minimum"]
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     data=st.data(),
     rows=st.integers(3, 40),

@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import uuid
 
 import pytest
 
@@ -43,7 +44,8 @@ oocarr.create("c.h5#/x", (2, 3), "float32", compression=3.5)
 
 
 def _mypy(tmp_path: pathlib.Path) -> dict[int, str]:
-    program = tmp_path / "user_program.py"
+    # a new module name each run: mypy's cache ties a module name to the first path it saw
+    program = tmp_path / f"user_program_{uuid.uuid4().hex}.py"
     program.write_text(textwrap.dedent(PROGRAM))
     result = subprocess.run(
         [sys.executable, "-m", "mypy", "--config-file", "pyproject.toml", str(program)],
@@ -52,6 +54,7 @@ def _mypy(tmp_path: pathlib.Path) -> dict[int, str]:
         text=True,
         timeout=300,
     )
+    assert result.returncode == 1, result.stdout + result.stderr  # the two errors below
     out: dict[int, str] = {}
     for line in result.stdout.splitlines():
         match = re.match(rf"{re.escape(str(program))}:(\d+): (.*)", line)

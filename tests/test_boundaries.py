@@ -52,8 +52,7 @@ LAYERS = [
         ["oocarr", "oocarr.array_api", "oocarr.config", "oocarr.linalg", "oocarr.fft"],
     ),
     ("train", ["oocarr.train*"]),
-    # oocarr.typing, at the top of the package: the types of the public API's signatures
-    ("public API", ["oocarr.api*", "oocarr.typing"]),
+    ("public API", ["oocarr.api*"]),
     ("jax layer", ["oocarr.jaxlayer*"]),
     ("ops", ["oocarr.ops*"]),
     ("engine", ["oocarr.engine*"]),
@@ -70,7 +69,6 @@ TOP_FACES = {
     "errors.py",
     "linalg.py",
     "fft.py",
-    "typing.py",
 }
 LAYER_FOLDERS = {
     "cli": "cli",

@@ -24,7 +24,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 PROGRAM = """
 import numpy as np
 import oocarr
-from oocarr.typing import ArrayLike, Result
+from oocarr import ArrayLike, Result
 
 def double(x: ArrayLike) -> Result:
     return oocarr.multiply(x, 2)

@@ -169,6 +169,7 @@ from .api.statistics import (
     var,
 )
 from .api.storage import create, from_numpy, open, resolve, save, to_numpy
+from .api.types import AnyArray, ArrayLike, DTypeLike, Result, Shape, ShapeLike
 from .config import config, memory_budget, progress, set_memory_budget
 from .engine.executor import current_executor, executor, set_executor
 from .engine.stats import io_stats
@@ -205,6 +206,13 @@ __all__ = [
     # storage
     "BlockedArray",
     "DiskArray",
+    # the types of the public signatures (oocarr.api.types)
+    "AnyArray",
+    "ArrayLike",
+    "DTypeLike",
+    "Result",
+    "Shape",
+    "ShapeLike",
     "Locator",
     "available_drivers",
     "create",

@@ -19,7 +19,7 @@ from . import statistics
 from .statistics import Axis
 
 if TYPE_CHECKING:
-    from oocarr.typing import AnyArray, ArrayLike, DTypeLike, Result
+    from oocarr.api.types import AnyArray, ArrayLike, DTypeLike, Result
 
 __all__ = ["var", "std", "nanmean", "nanvar", "nanstd", "nanmax", "nanmin", "nansum"]
 

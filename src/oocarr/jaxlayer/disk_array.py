@@ -565,7 +565,7 @@ class DiskArray:
 
 register_hitype(DiskArray, lambda x: x.aval)
 
-# -- the types of the public signatures (re-exported by oocarr.typing) ---------------------
+# -- the types of the public signatures (re-exported by oocarr.api.types and oocarr) --------
 #: An op's operand: a stored array, an in-memory array, or a scalar.
 ArrayLike: TypeAlias = (
     DiskArray | jax.Array | np.ndarray | np.generic | bool | int | float | complex

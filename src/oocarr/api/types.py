@@ -7,7 +7,7 @@ for a 0-d result and under ``jax.jit``/``jax.grad`` where a function returns a J
 Examples
 --------
 >>> import numpy as np, oocarr
->>> from oocarr.typing import ArrayLike, Result
+>>> from oocarr import ArrayLike, Result
 >>> def double(x: ArrayLike) -> Result:
 ...     return oocarr.multiply(x, 2)
 >>> np.asarray(double(oocarr.from_numpy(np.ones(2, "f4"))))
